@@ -1,0 +1,305 @@
+/*
+ * bench_kernels.c - micro-benchmark of kern_matmul against this machine's
+ * limits, measured in the same run.
+ *
+ *   decode  (n_tok = 1): weight bytes streamed per second over a plain
+ *           AVX-512 read loop, both on 1 and on 2 threads (rows split in
+ *           halves, as the engine does). Weights cycle through >= 256 MB of
+ *           copies so they come from memory. Each trial runs the read loop
+ *           and then the kernel; the figure is the median ratio over trials,
+ *           which keeps a shared machine's load swings out of the ratio.
+ *   prefill (n_tok = 512, one thread): multiply-adds per second against the
+ *           peak of the instruction the type's kernel is built on (vpdpbusd
+ *           for the quantized types, FMA for f32/f16, vdpbf16ps for bf16),
+ *           counted as multiply-adds (one vpdpbusd zmm = 64).
+ *
+ * Shapes are Qwen2.5-0.5B's FFN: 4864 x 896 (gate/up) and 896 x 4864 (down);
+ * K-quants need k % 256 == 0, so their first shape is 4864 x 1024.
+ * Times are thread CPU time, so time the scheduler hands to other processes
+ * does not count (bandwidth contention still does). Not a test: figures
+ * depend on the machine and its load. Build by hand against a build dir:
+ *   cc -O2 -mavx512f -mavx512bw -mavx512vnni -mavx512bf16 -Isrc \
+ *      bench/kernels/bench_kernels.c build/<dir>/libinferd_core.a -lm -lpthread
+ * Usage: bench_kernels [isa [trials]]   (isa: scalar | avx2 | avx512)
+ */
+#include "kernels/kernels.h"
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BIG (256u << 20)
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return v[n / 2];
+}
+
+/* ---- instruction peaks, multiply-adds per second (12 independent chains) ---- */
+
+#define PEAK_LOOP(insn)                                                                            \
+    do {                                                                                           \
+        for (long i = 0; i < n; i++)                                                               \
+            __asm__ volatile(insn                                                                  \
+                             " %%zmm30, %%zmm31, %%zmm0\n" insn " %%zmm30, %%zmm31, %%zmm1\n" insn \
+                             " %%zmm30, %%zmm31, %%zmm2\n" insn " %%zmm30, %%zmm31, %%zmm3\n" insn \
+                             " %%zmm30, %%zmm31, %%zmm4\n" insn " %%zmm30, %%zmm31, %%zmm5\n" insn \
+                             " %%zmm30, %%zmm31, %%zmm6\n" insn " %%zmm30, %%zmm31, %%zmm7\n" insn \
+                             " %%zmm30, %%zmm31, %%zmm8\n" insn " %%zmm30, %%zmm31, %%zmm9\n" insn \
+                             " %%zmm30, %%zmm31, %%zmm10\n" insn " %%zmm30, %%zmm31, %%zmm11\n" :: \
+                                 : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", \
+                                   "xmm8", "xmm9", "xmm10", "xmm11");                              \
+    } while (0)
+
+static double peak(int which)
+{
+    const long n = 20000000;
+    __asm__ volatile("vpxord %%zmm30, %%zmm30, %%zmm30\n vpxord %%zmm31, %%zmm31, %%zmm31" ::
+                         : "xmm30", "xmm31");
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = cpu_s();
+        if (which == 0)
+            PEAK_LOOP("vfmadd231ps");
+        else if (which == 1)
+            PEAK_LOOP("vpdpbusd");
+        else
+            PEAK_LOOP("vdpbf16ps");
+        double instr = 12.0 * n / (cpu_s() - t0);
+        double macs = instr * (which == 0 ? 16 : which == 1 ? 64 : 32);
+        best = macs > best ? macs : best;
+    }
+    return best;
+}
+
+/* ---- two-thread runner: each thread times its own half ---- */
+
+struct job {
+    int kind;        /* 0: read loop, 1: matmul */
+    const char *buf; /* read loop: this thread's part */
+    size_t bytes;    /* read loop: its length */
+    enum dtype wt;   /* matmul: weight type */
+    char **w;        /* matmul: weight copies */
+    int copies;      /* number of copies */
+    size_t wrb;      /* bytes per weight row */
+    int k, r0, r1;   /* shape and this thread's rows */
+    const void *x;   /* activations (one token) */
+    size_t xrb;      /* activation row bytes */
+    float *y;        /* output */
+    double secs;     /* measured thread CPU time */
+};
+
+static void *job_run(void *p)
+{
+    struct job *j = p;
+    double t0 = cpu_s();
+    if (j->kind == 0) {
+        __m512i s = _mm512_setzero_si512();
+        for (size_t i = 0; i + 256 <= j->bytes; i += 256) {
+            s = _mm512_add_epi32(s, _mm512_load_si512(j->buf + i));
+            s = _mm512_add_epi32(s, _mm512_load_si512(j->buf + i + 64));
+            s = _mm512_add_epi32(s, _mm512_load_si512(j->buf + i + 128));
+            s = _mm512_add_epi32(s, _mm512_load_si512(j->buf + i + 192));
+        }
+        volatile int sink = _mm512_reduce_add_epi32(s);
+        (void)sink;
+    } else {
+        for (int c = 0; c < j->copies; c++)
+            kern_matmul(j->wt, j->w[c], j->wrb, j->k, j->r0, j->r1, j->x, j->xrb, 1, j->y, j->r1);
+    }
+    j->secs = cpu_s() - t0;
+    return NULL;
+}
+
+/* Runs jobs[0..n) on n threads; returns the slowest thread's CPU time. */
+static double run_jobs(struct job *jobs, int n)
+{
+    pthread_t th[2];
+    for (int i = 1; i < n; i++)
+        pthread_create(&th[i], NULL, job_run, &jobs[i]);
+    job_run(&jobs[0]);
+    for (int i = 1; i < n; i++)
+        pthread_join(th[i], NULL);
+    double m = 0;
+    for (int i = 0; i < n; i++)
+        m = jobs[i].secs > m ? jobs[i].secs : m;
+    return m;
+}
+
+static char *rd_buf;
+
+static double read_gbs(int nth)
+{
+    struct job jobs[2];
+    for (int i = 0; i < nth; i++) {
+        memset(&jobs[i], 0, sizeof(jobs[i]));
+        jobs[i].buf = rd_buf + (size_t)i * (BIG / nth);
+        jobs[i].bytes = BIG / nth;
+    }
+    return BIG / run_jobs(jobs, nth) / 1e9;
+}
+
+struct shape {
+    int rows, k;
+};
+
+static void *make_weights(enum dtype wt, int rows, int k)
+{
+    size_t rb = dtype_row_size(wt, k);
+    char *w = aligned_alloc(64, (rb * rows + 63) & ~(size_t)63);
+    float *row = malloc(sizeof(float) * k);
+    unsigned s = 1;
+    for (int r = 0; r < rows; r++) {
+        for (int i = 0; i < k; i++) {
+            s = s * 1103515245u + 12345u;
+            row[i] = ((int)(s >> 16 & 0x7fff) - 16384) / 16384.0f * 0.05f;
+        }
+        kern_quantize_row(wt, row, w + rb * r, k);
+    }
+    free(row);
+    return w;
+}
+
+static void *make_acts(enum dtype wt, int n_tok, int k, size_t *rb)
+{
+    *rb = kern_act_row_size(wt, k);
+    char *x = aligned_alloc(64, (*rb * n_tok + 63) & ~(size_t)63);
+    float *row = malloc(sizeof(float) * k);
+    for (int t = 0; t < n_tok; t++) {
+        for (int i = 0; i < k; i++)
+            row[i] = (float)((i * 7 + t * 13) % 97 - 48) / 24.0f;
+        kern_quantize_act(wt, row, x + *rb * t, k);
+    }
+    free(row);
+    return x;
+}
+
+/* Median over trials of (kernel GB/s) / (read loop GB/s), nth threads;
+ * *gbs gets the median kernel GB/s. */
+static double bench_decode(enum dtype wt, struct shape sh, int nth, int trials, double *gbs)
+{
+    const size_t wrb = dtype_row_size(wt, sh.k), bytes = wrb * sh.rows;
+    char *w0 = make_weights(wt, sh.rows, sh.k);
+    int copies = (int)(BIG / bytes) + 1;
+    char **w = malloc(sizeof(char *) * copies);
+    for (int i = 0; i < copies; i++) {
+        w[i] = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        memcpy(w[i], w0, bytes);
+    }
+    size_t xrb;
+    void *x = make_acts(wt, 1, sh.k, &xrb);
+    float *y = malloc(sizeof(float) * sh.rows);
+    double *ratio = malloc(sizeof(double) * trials), *g = malloc(sizeof(double) * trials);
+    struct job jobs[2];
+    for (int tr = 0; tr < trials; tr++) {
+        double bw = read_gbs(nth);
+        for (int i = 0; i < nth; i++) {
+            memset(&jobs[i], 0, sizeof(jobs[i]));
+            jobs[i] = (struct job){1, NULL, 0, wt, w, copies, wrb, sh.k, 0, 0, x, xrb, y, 0};
+            /* split on 16-row boundaries like the engine */
+            int half = (sh.rows / 2 + 15) / 16 * 16;
+            jobs[i].r0 = nth == 1 ? 0 : i == 0 ? 0 : half;
+            jobs[i].r1 = nth == 1 ? sh.rows : i == 0 ? half : sh.rows;
+        }
+        g[tr] = (double)bytes * copies / run_jobs(jobs, nth) / 1e9;
+        ratio[tr] = g[tr] / bw;
+    }
+    double r = median(ratio, trials);
+    *gbs = median(g, trials);
+    for (int i = 0; i < copies; i++)
+        free(w[i]);
+    free(w);
+    free(w0);
+    free(x);
+    free(y);
+    free(ratio);
+    free(g);
+    return r;
+}
+
+/* Best prefill multiply-adds per second at n_tok tokens, one thread. */
+static double bench_prefill(enum dtype wt, struct shape sh, int n_tok)
+{
+    size_t xrb;
+    void *w = make_weights(wt, sh.rows, sh.k);
+    void *x = make_acts(wt, n_tok, sh.k, &xrb);
+    float *y = malloc(sizeof(float) * sh.rows * n_tok);
+    size_t wrb = dtype_row_size(wt, sh.k);
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = cpu_s();
+        kern_matmul(wt, w, wrb, sh.k, 0, sh.rows, x, xrb, n_tok, y, sh.rows);
+        double macs = (double)sh.rows * sh.k * n_tok / (cpu_s() - t0);
+        best = macs > best ? macs : best;
+    }
+    free(w);
+    free(x);
+    free(y);
+    return best;
+}
+
+int main(int argc, char **argv)
+{
+    kern_init();
+    if (argc > 1) {
+        for (int i = 0; i < KERN_ISA_COUNT; i++)
+            if (strcmp(argv[1], kern_isa_name((enum kern_isa)i)) == 0)
+                kern_set_isa((enum kern_isa)i);
+    }
+    const int trials = argc > 2 ? atoi(argv[2]) : 9;
+    rd_buf = aligned_alloc(64, BIG);
+    memset(rd_buf, 1, BIG);
+    printf("isa %s\n", kern_isa_name(kern_isa()));
+    double bw1[9], bw2[9];
+    for (int i = 0; i < 9; i++) {
+        bw1[i] = read_gbs(1);
+        bw2[i] = read_gbs(2);
+    }
+    double p_fma = peak(0), p_vnni = peak(1), p_bf16 = peak(2);
+    printf("read loop (median): %.1f GB/s 1 thread, %.1f GB/s 2 threads\n", median(bw1, 9),
+           median(bw2, 9));
+    printf("peaks, G multiply-adds/s per core: fma %.1f (%.0f GFLOP/s), vpdpbusd %.1f, vdpbf16ps "
+           "%.1f\n",
+           p_fma / 1e9, 2 * p_fma / 1e9, p_vnni / 1e9, p_bf16 / 1e9);
+    static const enum dtype types[] = {DTYPE_Q8_0, DTYPE_F16,  DTYPE_Q4_0, DTYPE_Q4_K,
+                                       DTYPE_Q6_K, DTYPE_BF16, DTYPE_F32};
+    printf("%-5s %-10s | %-22s | %-22s | %s\n", "type", "shape", "decode 1 thread",
+           "decode 2 threads", "prefill 512 tok, 1 thread");
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        enum dtype wt = types[ti];
+        int kq = dtype_info(wt)->blck == 256;
+        struct shape shapes[2] = {{4864, kq ? 1024 : 896}, {896, 4864}};
+        double pk = wt == DTYPE_F32 || wt == DTYPE_F16 ? p_fma : wt == DTYPE_BF16 ? p_bf16 : p_vnni;
+        for (int s = 0; s < 2; s++) {
+            double g1, g2;
+            double r1 = bench_decode(wt, shapes[s], 1, trials, &g1);
+            double r2 = bench_decode(wt, shapes[s], 2, trials, &g2);
+            double p = bench_prefill(wt, shapes[s], 512);
+            char sd[32];
+            snprintf(sd, sizeof sd, "%dx%d", shapes[s].rows, shapes[s].k);
+            printf("%-5s %-10s | %5.1f GB/s %4.0f%% of bw | %5.1f GB/s %4.0f%% of bw | %6.1f "
+                   "GMAC/s %3.0f%% of peak\n",
+                   dtype_info(wt)->name, sd, g1, 100 * r1, g2, 100 * r2, p / 1e9, 100 * p / pk);
+            fflush(stdout);
+        }
+    }
+    free(rd_buf);
+    return 0;
+}

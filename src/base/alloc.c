@@ -1,0 +1,46 @@
+/*
+ * alloc.c - the x* allocators from check.h: abort on out-of-memory.
+ */
+#include "base/check.h"
+
+#include <string.h>
+
+static void oom(size_t n)
+{
+    fprintf(stderr, "out of memory allocating %zu bytes\n", n);
+    abort();
+}
+
+void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) oom(n);
+    return p;
+}
+
+void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) oom(n * size);
+    return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+    p = realloc(p, n ? n : 1);
+    if (!p) oom(n);
+    return p;
+}
+
+char *xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    return memcpy(xmalloc(n), s, n);
+}
+
+void *xaligned_alloc(size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, (n + 63) & ~(size_t)63)) oom(n);
+    return p;
+}

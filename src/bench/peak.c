@@ -1,0 +1,87 @@
+/*
+ * peak.c - see peak.h. Every measurement runs on all pool threads at once
+ * (each thread its own chains or its own slice of the buffer) and takes the
+ * best of a few repetitions, the usual way to read a hardware limit.
+ */
+#include "bench/peak.h"
+
+#include "base/check.h"
+#include "base/timeutil.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+enum peak_kind { PEAK_READ, PEAK_FMA512, PEAK_BF16, PEAK_VNNI, PEAK_FMA256 };
+
+struct peak_job {
+    enum peak_kind kind; /* what to run */
+    const uint8_t *buf;  /* read buffer */
+    size_t bytes;        /* its size */
+    long iters;          /* rounds for arithmetic loops */
+    double work[256];    /* per thread: bytes or ops done */
+};
+
+static void peak_worker(void *arg, int ith, int nth)
+{
+    struct peak_job *j = arg;
+    switch (j->kind) {
+    case PEAK_READ: {
+        int lo, hi;
+        int n_pages = (int)(j->bytes / 4096);
+        tpool_split(n_pages, 1, ith, nth, &lo, &hi);
+        j->work[ith] = peak__read_avx2(j->buf + (size_t)lo * 4096, (size_t)(hi - lo) * 4096);
+        break;
+    }
+    case PEAK_FMA512: j->work[ith] = peak__fma_avx512(j->iters); break;
+    case PEAK_BF16: j->work[ith] = peak__bf16_avx512(j->iters); break;
+    case PEAK_VNNI: j->work[ith] = peak__vnni_avx512(j->iters); break;
+    case PEAK_FMA256: j->work[ith] = peak__fma_avx2(j->iters); break;
+    }
+}
+
+static double best_rate(struct tpool *pool, struct peak_job *j, int reps)
+{
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = time_now_s();
+        tpool_run(pool, peak_worker, j);
+        double dt = time_now_s() - t0, work = 0;
+        for (int i = 0; i < tpool_size(pool); i++) work += j->work[i];
+        if (work / dt > best) best = work / dt;
+    }
+    return best * 1e-9;
+}
+
+void peak_measure(struct tpool *pool, struct peak *out)
+{
+    memset(out, 0, sizeof(*out));
+    CHECK(tpool_size(pool) <= 256);
+    struct peak_job j = {0};
+    bool avx512 = __builtin_cpu_supports("avx512f");
+    if (__builtin_cpu_supports("avx2")) {
+        /* 1 GiB: far beyond any cache, so this is DRAM. */
+        j.bytes = (size_t)1 << 30;
+        uint8_t *buf = xaligned_alloc(j.bytes);
+        memset(buf, 1, j.bytes);
+        j.buf = buf;
+        j.kind = PEAK_READ;
+        out->read_gbs = best_rate(pool, &j, 4);
+        free(buf);
+    }
+    j.iters = 4000000;
+    if (avx512) {
+        j.kind = PEAK_FMA512;
+        out->fma_gflops = best_rate(pool, &j, 3);
+    } else if (__builtin_cpu_supports("fma")) {
+        j.kind = PEAK_FMA256;
+        out->fma_gflops = best_rate(pool, &j, 3);
+    }
+    if (avx512 && __builtin_cpu_supports("avx512bf16")) {
+        j.kind = PEAK_BF16;
+        out->bf16_gflops = best_rate(pool, &j, 3);
+    }
+    if (avx512 && __builtin_cpu_supports("avx512vnni")) {
+        j.kind = PEAK_VNNI;
+        out->vnni_gops = best_rate(pool, &j, 3);
+    }
+}

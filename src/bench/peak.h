@@ -1,0 +1,35 @@
+/*
+ * peak.h - this machine's physical limits, measured in the same run as the
+ * figures they judge: memory read bandwidth and the arithmetic peaks of the
+ * instructions the kernels use (FP32 FMA, BF16 dot, int8 VNNI dot).
+ *
+ * Each peak runs many independent accumulator chains so latency hides and
+ * the figure is the throughput limit; each takes ~0.2 s per thread count.
+ * Thread safety: call from one thread; it fans out on the given pool.
+ */
+#ifndef INFERD_BENCH_PEAK_H
+#define INFERD_BENCH_PEAK_H
+
+#include "base/tpool.h"
+
+#include <stddef.h>
+
+struct peak {
+    double read_gbs;     /* memory read bandwidth, GB/s (1e9 bytes) */
+    double fma_gflops;   /* FP32 FMA, GFLOP/s (2 per lane-op) */
+    double bf16_gflops;  /* BF16 dot (vdpbf16ps), GFLOP/s; 0 if the CPU lacks it */
+    double vnni_gops;    /* int8 dot (vpdpbusd), GOP/s; 0 if the CPU lacks it */
+};
+
+/* Measures with every thread of pool. */
+void peak_measure(struct tpool *pool, struct peak *out);
+
+/* ISA bodies (peak_avx512.c / peak_avx2.c): operations done in `iters`
+ * rounds; return 0 when the ISA is missing. */
+double peak__fma_avx512(long iters);
+double peak__bf16_avx512(long iters);
+double peak__vnni_avx512(long iters);
+double peak__fma_avx2(long iters);
+double peak__read_avx2(const void *buf, size_t bytes);
+
+#endif

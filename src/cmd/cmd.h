@@ -1,0 +1,15 @@
+/*
+ * cmd.h - subcommands of the inferd binary. Each takes the arguments after
+ * its own name (argv[0] is the subcommand name) and returns the process exit
+ * status: 0 ok, 1 failure (message already printed), 2 usage error.
+ */
+#ifndef INFERD_CMD_H
+#define INFERD_CMD_H
+
+int cmd_run(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_bench_engine(int argc, char **argv);
+int cmd_model_info(int argc, char **argv);
+int cmd_model_make(int argc, char **argv);
+
+#endif

@@ -1,0 +1,294 @@
+/*
+ * cmd_bench_engine.c - `inferd bench-engine`: prefill and decode speed of the
+ * engine, each printed next to this machine's physical limit measured in the
+ * same run (bench/peak.h):
+ *
+ *   decode  : (weight bytes + KV bytes read per step) / step time, as a share
+ *             of the measured memory read bandwidth (the roofline);
+ *   prefill : FLOPs per second as a share of the measured peak of the
+ *             instruction the weight type's kernel uses (int8 VNNI dot for
+ *             quantized weights, BF16 dot for bf16, FP32 FMA for f16/f32).
+ *
+ * The engine runs exactly as it serves: requests through inferd_submit, steps
+ * through the scheduler. Random prompts; the first run of each figure is a
+ * warm-up that is not counted.
+ */
+#include "cmd/args.h"
+#include "cmd/cmd.h"
+
+#include "base/check.h"
+#include "base/timeutil.h"
+#include "bench/peak.h"
+#include "engine/forward.h"
+#include "inferd/inferd.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The engine's model handle wraps struct model; bench reads shapes through
+ * model_load directly (a second mapping of the same file costs nothing). */
+
+struct bench_fig {
+    const char *name;   /* "pp512", "tg128", "batch16" */
+    int batch;          /* concurrent sequences */
+    double tok_s;       /* tokens per second */
+    double limit_pct;   /* share of the physical limit */
+    const char *limit;  /* which limit */
+};
+
+static uint64_t rng_state = 0xbe9c4;
+static int32_t rand_tok(int n_vocab)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (int32_t)((z ^ (z >> 31)) % (uint64_t)n_vocab);
+}
+
+static int submit_random(inferd_engine *e, int n_vocab, int n_prompt, int max_tokens)
+{
+    int32_t *p = xmalloc(sizeof(int32_t) * (size_t)n_prompt);
+    for (int i = 0; i < n_prompt; i++) p[i] = rand_tok(n_vocab);
+    struct inferd_request r = {.prompt = p, .n_prompt = n_prompt, .max_tokens = max_tokens,
+                               .ignore_eos = true};
+    inferd_sampling_default(&r.sampling);
+    r.sampling.temperature = 0;
+    uint64_t id;
+    char err[256];
+    int rc = inferd_submit(e, &r, &id, err, sizeof(err));
+    if (rc) fprintf(stderr, "inferd: bench-engine: %s\n", err);
+    free(p);
+    return rc;
+}
+
+static int drain(inferd_engine *e)
+{
+    struct inferd_event ev;
+    int n = 0;
+    while (inferd_poll(e, &ev)) n++;
+    return n;
+}
+
+/* Runs steps until no work is left; returns seconds. */
+static double run_all(inferd_engine *e)
+{
+    double t0 = time_now_s();
+    while (inferd_engine_step(e) > 0) drain(e);
+    return time_now_s() - t0;
+}
+
+/* Prefill of n tokens in one sequence: seconds for the prefill step(s). */
+static double time_prefill(inferd_engine *e, int n_vocab, int n)
+{
+    if (submit_random(e, n_vocab, n, 1)) return -1;
+    return run_all(e);
+}
+
+/* Decode at batch B: B sequences with short prompts; seconds per step over
+ * `steps` decode steps, and the mean context length seen. */
+static double time_decode(inferd_engine *e, int n_vocab, int B, int prompt, int steps,
+                          double *mean_ctx)
+{
+    for (int i = 0; i < B; i++)
+        if (submit_random(e, n_vocab, prompt, steps + 2)) return -1;
+    /* Prefill everything and take the first decode step untimed. */
+    /* Every sequence has its first token once B events came back. */
+    for (int seen = 0; seen < B;) {
+        if (inferd_engine_step(e) <= 0) return -1;
+        seen += drain(e);
+    }
+    inferd_engine_step(e);
+    drain(e);
+    double t0 = time_now_s();
+    for (int s = 0; s < steps; s++) {
+        inferd_engine_step(e);
+        drain(e);
+    }
+    double dt = time_now_s() - t0;
+    run_all(e);
+    *mean_ctx = prompt + 1 + steps / 2.0;
+    return dt / steps;
+}
+
+int cmd_bench_engine(int argc, char **argv)
+{
+    const char *model_path = NULL;
+    long threads = 0, pp = 512, tg = 128, v;
+    bool json = false;
+    int batches[8] = {4, 16, 64}, n_batches = 3;
+    enum inferd_kv_type kvt = INFERD_KV_F16;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fprintf(stderr, "usage: inferd bench-engine -m MODEL [--threads N] [--pp N] [--tg N]\n"
+                            "                           [--batches 4,16,64] [--kv f16|bf16|f32] [--json]\n");
+            return 0;
+        }
+        if (!strcmp(a, "--json")) {
+            json = true;
+            continue;
+        }
+        if (!(val = arg_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "-m")) model_path = val;
+        else if (!strcmp(a, "--threads")) {
+            if (!arg_int(a, val, 1, 256, &threads)) return 2;
+        } else if (!strcmp(a, "--pp")) {
+            if (!arg_int(a, val, 1, 16384, &pp)) return 2;
+        } else if (!strcmp(a, "--tg")) {
+            if (!arg_int(a, val, 2, 16384, &tg)) return 2;
+        } else if (!strcmp(a, "--kv")) {
+            if (!strcmp(val, "f32")) kvt = INFERD_KV_F32;
+            else if (!strcmp(val, "bf16")) kvt = INFERD_KV_BF16;
+            else if (strcmp(val, "f16")) {
+                fprintf(stderr, "inferd: --kv: expected f16, bf16 or f32\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--batches")) {
+            int32_t *bs;
+            int nb;
+            if (!arg_tokens(a, val, &bs, &nb)) return 2;
+            n_batches = MIN(nb, 8);
+            for (int k = 0; k < n_batches; k++) batches[k] = MAX(1, MIN(bs[k], 1024));
+            free(bs);
+        } else {
+            fprintf(stderr, "inferd: bench-engine: unknown option '%s'\n", a);
+            return 2;
+        }
+        (void)v;
+    }
+    if (!model_path) {
+        fprintf(stderr, "inferd: bench-engine: -m MODEL is required\n");
+        return 2;
+    }
+
+    char err[512];
+    inferd_model *im;
+    if (inferd_model_load(model_path, &im, err, sizeof(err))) {
+        fprintf(stderr, "inferd: cannot load model '%s': %s\n", model_path, err);
+        return 1;
+    }
+    struct err_msg msg = {{0}};
+    struct model *m;
+    if (model_load(model_path, &m, &msg)) {
+        fprintf(stderr, "inferd: cannot load model '%s': %s\n", model_path, msg.text);
+        inferd_model_free(im);
+        return 1;
+    }
+    const struct model_hparams *hp = &m->hp;
+    int max_batch = 1;
+    for (int k = 0; k < n_batches; k++) max_batch = MAX(max_batch, batches[k]);
+
+    struct inferd_engine_config cfg;
+    inferd_engine_config_default(&cfg);
+    cfg.n_threads = (int)threads;
+    cfg.kv_type = kvt;
+    cfg.token_budget = (int)MAX(pp, max_batch);
+    cfg.max_seqs = max_batch;
+    cfg.max_ctx = (int)MAX(pp + 2, 16 + tg + 4);
+    cfg.kv_blocks = max_batch * (cfg.max_ctx / 16 + 2) + (int)pp / 16 + 4;
+    inferd_engine *e;
+    if (inferd_engine_new(im, &cfg, &e, err, sizeof(err))) {
+        fprintf(stderr, "inferd: cannot create engine: %s\n", err);
+        model_free(m);
+        inferd_model_free(im);
+        return 1;
+    }
+    int nth = threads ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+
+    /* Limits first, on a pool of the same size, while the engine's pool sleeps. */
+    struct peak pk;
+    struct tpool *pool = tpool_new(nth);
+    peak_measure(pool, &pk);
+    tpool_free(pool);
+
+    const int V = hp->n_vocab;
+    const double kv_elt = kvt == INFERD_KV_F32 ? 4 : 2;
+    const double kv_per_pos = (double)hp->n_layer * 2 * hp->n_head_kv * hp->head_dim * kv_elt;
+    const double w_bytes = (double)fwd_weight_bytes(m, true);
+    double body_params = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct model_layer *L = &m->layers[il];
+        const struct gguf_tensor *ts[] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+        for (size_t i = 0; i < ARRAY_LEN(ts); i++) body_params += (double)ts[i]->ne[0] * ts[i]->ne[1];
+    }
+    enum dtype wt = m->layers[0].w_up->type;
+    const char *peak_name;
+    double peak_ops;
+    if (wt == DTYPE_F32 || wt == DTYPE_F16) {
+        peak_name = "fp32-fma";
+        peak_ops = pk.fma_gflops;
+    } else if (wt == DTYPE_BF16) {
+        peak_name = "bf16-dot";
+        peak_ops = pk.bf16_gflops;
+    } else {
+        peak_name = pk.vnni_gops > 0 ? "int8-vnni" : "fp32-fma";
+        peak_ops = pk.vnni_gops > 0 ? pk.vnni_gops : pk.fma_gflops;
+    }
+
+    struct bench_fig figs[12];
+    int n_figs = 0;
+    char names[12][24];
+
+    /* Prefill: warm-up (pages the weights in), then the best of 3. */
+    time_prefill(e, V, (int)pp);
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        double dt = time_prefill(e, V, (int)pp);
+        if (dt > 0 && dt < best) best = dt;
+    }
+    double attn_flops = (double)hp->n_layer * hp->n_head * hp->head_dim * 2 * 2 *
+                        ((double)pp * (pp + 1) / 2);
+    double flops = 2 * body_params * pp + 2.0 * V * hp->n_embd + attn_flops;
+    snprintf(names[n_figs], sizeof(names[0]), "pp%ld", pp);
+    figs[n_figs++] = (struct bench_fig){names[n_figs], 1, pp / best,
+                                        100 * flops / best * 1e-9 / peak_ops, peak_name};
+
+    /* Decode at batch 1 and the batch sizes asked for. */
+    int bsz[9] = {1};
+    for (int k = 0; k < n_batches; k++) bsz[k + 1] = batches[k];
+    for (int k = 0; k <= n_batches; k++) {
+        int B = bsz[k], steps = k == 0 ? (int)tg : 32;
+        double mean_ctx;
+        if (k == 0) time_decode(e, V, 1, 1, 8, &mean_ctx); /* warm-up */
+        double dt = time_decode(e, V, B, k == 0 ? 1 : 16, steps, &mean_ctx);
+        if (dt <= 0) break;
+        double bytes = w_bytes + B * mean_ctx * kv_per_pos;
+        double ideal = bytes / (pk.read_gbs * 1e9);
+        if (k == 0) snprintf(names[n_figs], sizeof(names[0]), "tg%ld", tg);
+        else snprintf(names[n_figs], sizeof(names[0]), "decode-b%d", B);
+        figs[n_figs] = (struct bench_fig){names[n_figs], B, B / dt, 100 * ideal / dt, "mem-read"};
+        n_figs++;
+    }
+
+    if (json) {
+        printf("{\"model\":\"%s\",\"weight_type\":\"%s\",\"threads\":%d,\"isa\":\"%s\",", m->name,
+               dtype_info(wt)->name, nth, kern_isa_name(kern_isa()));
+        printf("\"limits\":{\"read_gbs\":%.2f,\"fma_gflops\":%.1f,\"bf16_gflops\":%.1f,"
+               "\"vnni_gops\":%.1f},\"weight_bytes\":%.0f,\"figures\":[",
+               pk.read_gbs, pk.fma_gflops, pk.bf16_gflops, pk.vnni_gops, w_bytes);
+        for (int i = 0; i < n_figs; i++)
+            printf("%s{\"name\":\"%s\",\"batch\":%d,\"tokens_per_s\":%.2f,\"pct_of_limit\":%.1f,"
+                   "\"limit\":\"%s\"}",
+                   i ? "," : "", figs[i].name, figs[i].batch, figs[i].tok_s, figs[i].limit_pct,
+                   figs[i].limit);
+        printf("]}\n");
+    } else {
+        printf("model %s (%s weights, %.0f MB read per decode step), %d threads, kernels %s\n",
+               m->name, dtype_info(wt)->name, w_bytes / 1e6, nth, kern_isa_name(kern_isa()));
+        printf("limits measured now: memory read %.1f GB/s | fp32 fma %.0f GFLOP/s | bf16 dot %.0f "
+               "GFLOP/s | int8 vnni %.0f GOP/s\n",
+               pk.read_gbs, pk.fma_gflops, pk.bf16_gflops, pk.vnni_gops);
+        printf("%-12s %6s %12s %10s  %s\n", "test", "batch", "tokens/s", "% limit", "limit");
+        for (int i = 0; i < n_figs; i++)
+            printf("%-12s %6d %12.1f %9.1f%%  %s\n", figs[i].name, figs[i].batch, figs[i].tok_s,
+                   figs[i].limit_pct, figs[i].limit);
+    }
+    inferd_engine_free(e);
+    model_free(m);
+    inferd_model_free(im);
+    return 0;
+}

@@ -1,0 +1,380 @@
+/*
+ * cmd_run.c - `inferd run` (generate on the command line) and `inferd logits`
+ * (raw logits of every prompt position, for reference checks).
+ *
+ * `run` can put the request in a crowd (--batch-with N random requests),
+ * chunk its prefill (--chunk) and change the thread count, and write every
+ * step's logprob as an exact hex float (--dump-logprobs): comparing dumps
+ * checks the engine's bit-exact invariance from the command line.
+ */
+#include "cmd/args.h"
+#include "cmd/cmd.h"
+
+#include "base/check.h"
+#include "base/timeutil.h"
+#include "engine/forward.h"
+#include "inferd/inferd.h"
+#include "kernels/kernels.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void run_usage(void)
+{
+    fprintf(stderr,
+            "usage: inferd run -m MODEL (--tokens IDS | -p TEXT) [options]\n"
+            "  -n, --max-tokens N     tokens to generate (default 128)\n"
+            "  --threads N            compute threads (default: all cores)\n"
+            "  --chunk N              tokens per forward step = prefill chunk (default 512)\n"
+            "  --batch-with N         run alongside N random requests (default 0)\n"
+            "  --kv f16|bf16|f32      KV cache type (default f16)\n"
+            "  --block N              KV block size in tokens (default 16)\n"
+            "  --temp T --top-k K --top-p P --min-p P --seed S\n"
+            "  --repeat-penalty R --presence-penalty P --frequency-penalty F\n"
+            "  --logprobs N           also print the top N alternatives per token\n"
+            "  --ignore-eos           do not stop at end-of-generation tokens\n"
+            "  --dump-logprobs FILE   each step's token and logprob as an exact hex float\n");
+}
+
+static bool parse_kv(const char *s, enum inferd_kv_type *out)
+{
+    if (!strcmp(s, "f16")) *out = INFERD_KV_F16;
+    else if (!strcmp(s, "bf16")) *out = INFERD_KV_BF16;
+    else if (!strcmp(s, "f32")) *out = INFERD_KV_F32;
+    else {
+        fprintf(stderr, "inferd: --kv: expected f16, bf16 or f32, got '%s'\n", s);
+        return false;
+    }
+    return true;
+}
+
+/* splitmix64: the crowd of --batch-with requests is reproducible. */
+static uint64_t mix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+int cmd_run(int argc, char **argv)
+{
+    const char *model_path = NULL, *text = NULL, *dump_path = NULL;
+    int32_t *prompt = NULL;
+    int n_prompt = 0, rc = 1;
+    long max_tokens = 128, batch_with = 0, n_logprobs = 0, v;
+    double d;
+    bool ignore_eos = false;
+    struct inferd_engine_config cfg;
+    inferd_engine_config_default(&cfg);
+    struct inferd_sampling sp;
+    inferd_sampling_default(&sp);
+    sp.temperature = 0.0f;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            run_usage();
+            free(prompt);
+            return 0;
+        }
+        if (!strcmp(a, "--ignore-eos")) {
+            ignore_eos = true;
+            continue;
+        }
+        if (!(val = arg_value(argc, argv, &i))) goto usage;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = val;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) text = val;
+        else if (!strcmp(a, "--tokens")) {
+            free(prompt);
+            if (!arg_tokens(a, val, &prompt, &n_prompt)) goto usage;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
+            if (!arg_int(a, val, 1, 1 << 20, &max_tokens)) goto usage;
+        } else if (!strcmp(a, "--threads")) {
+            if (!arg_int(a, val, 1, 256, &v)) goto usage;
+            cfg.n_threads = (int)v;
+        } else if (!strcmp(a, "--chunk")) {
+            if (!arg_int(a, val, 1, 65536, &v)) goto usage;
+            cfg.token_budget = (int)v;
+        } else if (!strcmp(a, "--block")) {
+            if (!arg_int(a, val, 1, 4096, &v)) goto usage;
+            cfg.block_tokens = (int)v;
+        } else if (!strcmp(a, "--batch-with")) {
+            if (!arg_int(a, val, 0, 4000, &batch_with)) goto usage;
+        } else if (!strcmp(a, "--kv")) {
+            if (!parse_kv(val, &cfg.kv_type)) goto usage;
+        } else if (!strcmp(a, "--temp")) {
+            if (!arg_float(a, val, 0, 100, &d)) goto usage;
+            sp.temperature = (float)d;
+        } else if (!strcmp(a, "--top-k")) {
+            if (!arg_int(a, val, 0, 1 << 24, &v)) goto usage;
+            sp.top_k = (int)v;
+        } else if (!strcmp(a, "--top-p")) {
+            if (!arg_float(a, val, 0, 1, &d)) goto usage;
+            sp.top_p = (float)d;
+        } else if (!strcmp(a, "--min-p")) {
+            if (!arg_float(a, val, 0, 1, &d)) goto usage;
+            sp.min_p = (float)d;
+        } else if (!strcmp(a, "--seed")) {
+            if (!arg_int(a, val, 0, INT64_MAX, &v)) goto usage;
+            sp.seed = (uint64_t)v;
+        } else if (!strcmp(a, "--repeat-penalty")) {
+            if (!arg_float(a, val, 0, 100, &d)) goto usage;
+            sp.repetition_penalty = (float)d;
+        } else if (!strcmp(a, "--presence-penalty")) {
+            if (!arg_float(a, val, -2, 2, &d)) goto usage;
+            sp.presence_penalty = (float)d;
+        } else if (!strcmp(a, "--frequency-penalty")) {
+            if (!arg_float(a, val, -2, 2, &d)) goto usage;
+            sp.frequency_penalty = (float)d;
+        } else if (!strcmp(a, "--logprobs")) {
+            if (!arg_int(a, val, 0, 20, &n_logprobs)) goto usage;
+            sp.n_logprobs = (int)n_logprobs;
+        } else if (!strcmp(a, "--dump-logprobs")) dump_path = val;
+        else {
+            fprintf(stderr, "inferd: run: unknown option '%s'\n", a);
+            goto usage;
+        }
+    }
+    sp.logprobs = dump_path || n_logprobs > 0;
+    if (!model_path) {
+        fprintf(stderr, "inferd: run: -m MODEL is required\n");
+        goto usage;
+    }
+    if (text && !prompt) {
+        fprintf(stderr, "inferd: run: text prompts need the tokenizer, which this build does not "
+                        "have yet; pass token ids with --tokens\n");
+        goto usage;
+    }
+    if (!prompt) {
+        fprintf(stderr, "inferd: run: give a prompt with --tokens IDS\n");
+        goto usage;
+    }
+
+    char err[512];
+    inferd_model *model;
+    if (inferd_model_load(model_path, &model, err, sizeof(err))) {
+        fprintf(stderr, "inferd: cannot load model '%s': %s\n", model_path, err);
+        free(prompt);
+        return 1;
+    }
+    FILE *dump = NULL;
+    if (dump_path && !(dump = fopen(dump_path, "w"))) {
+        fprintf(stderr, "inferd: cannot write '%s'\n", dump_path);
+        goto out_model;
+    }
+    if (cfg.max_ctx == 0) {
+        int need = n_prompt + (int)max_tokens;
+        cfg.max_ctx = MAX(MIN(inferd_model_n_ctx_train(model), 4096), need);
+    }
+    /* Room for the request and its crowd without waiting on KV. */
+    if (cfg.kv_blocks == 0) {
+        int bt = cfg.block_tokens ? cfg.block_tokens : 16;
+        cfg.kv_blocks = (int)((batch_with + 1) * ((n_prompt + max_tokens) / bt + 2));
+    }
+    if (cfg.max_seqs == 0) cfg.max_seqs = (int)MAX(64, batch_with + 1);
+    inferd_engine *e;
+    if (inferd_engine_new(model, &cfg, &e, err, sizeof(err))) {
+        fprintf(stderr, "inferd: cannot create engine: %s\n", err);
+        goto out_dump;
+    }
+
+    /* The crowd is submitted first, so the request of interest shares every
+     * step with it and its prefill lands in odd places of the batch. */
+    uint64_t rng = 0x5eed;
+    const int n_vocab = inferd_model_n_vocab(model);
+    for (long j = 0; j < batch_with; j++) {
+        int n = 1 + (int)(mix(&rng) % (uint64_t)(2 * n_prompt + 8));
+        int32_t *toks = xmalloc(sizeof(int32_t) * (size_t)n);
+        for (int i = 0; i < n; i++) toks[i] = (int32_t)(mix(&rng) % (uint64_t)n_vocab);
+        struct inferd_request r = {.prompt = toks, .n_prompt = n,
+                                   .max_tokens = 1 + (int)(mix(&rng) % (uint64_t)max_tokens),
+                                   .ignore_eos = true};
+        inferd_sampling_default(&r.sampling);
+        r.sampling.seed = mix(&rng);
+        uint64_t id;
+        if (inferd_submit(e, &r, &id, err, sizeof(err))) {
+            fprintf(stderr, "inferd: crowd request: %s\n", err);
+            free(toks);
+            goto out_engine;
+        }
+        free(toks);
+    }
+    struct inferd_request req = {.prompt = prompt, .n_prompt = n_prompt,
+                                 .max_tokens = (int)max_tokens, .ignore_eos = ignore_eos,
+                                 .sampling = sp};
+    uint64_t id;
+    if (inferd_submit(e, &req, &id, err, sizeof(err))) {
+        fprintf(stderr, "inferd: run: %s\n", err);
+        goto out_engine;
+    }
+
+    double t0 = time_now_s(), t_first = 0;
+    int n_gen = 0;
+    bool done = false;
+    enum inferd_finish why = INFERD_FINISH_NONE;
+    while (!done) {
+        int n = inferd_engine_step(e);
+        if (n < 0) {
+            fprintf(stderr, "inferd: step failed: %s\n", inferd_strerror(n));
+            goto out_engine;
+        }
+        struct inferd_event ev;
+        while (inferd_poll(e, &ev)) {
+            if (ev.request != id) continue;
+            if (ev.token >= 0) {
+                if (n_gen++ == 0) t_first = time_now_s();
+                printf("%d ", ev.token);
+                if (n_logprobs) {
+                    printf("(%.4f:", (double)ev.logprob);
+                    for (int i = 0; i < ev.n_top; i++)
+                        printf(" %d=%.4f", ev.top[i].token, (double)ev.top[i].logprob);
+                    printf(") ");
+                }
+                fflush(stdout);
+                if (dump) fprintf(dump, "%d %a\n", ev.token, (double)ev.logprob);
+            }
+            if (ev.finish != INFERD_FINISH_NONE) {
+                why = ev.finish;
+                done = true;
+            }
+        }
+        if (n == 0 && !done) {
+            fprintf(stderr, "inferd: run: the engine stalled (KV cache too small?)\n");
+            goto out_engine;
+        }
+    }
+    double t1 = time_now_s();
+    printf("\n");
+    /* With a crowd the timings include the others' work; they are the
+     * request's own wall-clock rates. */
+    fprintf(stderr, "prompt: %d tokens, %.1f tokens/s | generation: %d tokens, %.1f tokens/s | finish: %s\n",
+            n_prompt, n_prompt / (t_first - t0), n_gen,
+            n_gen > 1 ? (n_gen - 1) / (t1 - t_first) : 0.0,
+            why == INFERD_FINISH_STOP ? "stop" : why == INFERD_FINISH_LENGTH ? "length" : "other");
+    rc = 0;
+out_engine:
+    inferd_engine_free(e);
+out_dump:
+    if (dump) fclose(dump);
+out_model:
+    inferd_model_free(model);
+    free(prompt);
+    return rc;
+usage:
+    free(prompt);
+    run_usage();
+    return 2;
+}
+
+int cmd_logits(int argc, char **argv)
+{
+    const char *model_path = NULL, *out_path = NULL;
+    int32_t *toks = NULL;
+    int n_toks = 0;
+    long threads = 1, chunk = 0, v;
+    enum inferd_kv_type kvt = INFERD_KV_F16;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fprintf(stderr, "usage: inferd logits -m MODEL --tokens IDS -o OUT [--threads N] "
+                            "[--chunk N] [--kv f16|bf16|f32]\n"
+                            "writes float32 logits, shape (n_tokens, n_vocab), little-endian\n");
+            free(toks);
+            return 0;
+        }
+        if (!(val = arg_value(argc, argv, &i))) goto usage;
+        if (!strcmp(a, "-m")) model_path = val;
+        else if (!strcmp(a, "-o")) out_path = val;
+        else if (!strcmp(a, "--tokens")) {
+            free(toks);
+            if (!arg_tokens(a, val, &toks, &n_toks)) goto usage;
+        } else if (!strcmp(a, "--threads")) {
+            if (!arg_int(a, val, 1, 256, &threads)) goto usage;
+        } else if (!strcmp(a, "--chunk")) {
+            if (!arg_int(a, val, 1, 65536, &chunk)) goto usage;
+        } else if (!strcmp(a, "--kv")) {
+            if (!parse_kv(val, &kvt)) goto usage;
+        } else {
+            fprintf(stderr, "inferd: logits: unknown option '%s'\n", a);
+            goto usage;
+        }
+        (void)v;
+    }
+    if (!model_path || !out_path || !toks) {
+        fprintf(stderr, "inferd: logits: -m, --tokens and -o are required\n");
+        goto usage;
+    }
+    if (chunk == 0) chunk = n_toks;
+
+    kern_init();
+    struct err_msg msg = {{0}};
+    struct model *m;
+    if (model_load(model_path, &m, &msg)) {
+        fprintf(stderr, "inferd: cannot load model '%s': %s\n", model_path, msg.text);
+        free(toks);
+        return 1;
+    }
+    int rc = 1;
+    const int V = m->hp.n_vocab, bt = 16;
+    struct kv_pool kv;
+    struct kv_pool_config kc = {m->hp.n_layer, m->hp.n_head_kv, m->hp.head_dim, bt,
+                                n_toks / bt + 1,
+                                kvt == INFERD_KV_F32 ? DTYPE_F32 : kvt == INFERD_KV_BF16 ? DTYPE_BF16 : DTYPE_F16};
+    struct tpool *pool = NULL;
+    struct fwd_ctx *fwd = NULL;
+    struct kv_seq seq = {0};
+    float *logits = NULL;
+    int32_t *pos = NULL, *sq = NULL;
+    bool *want = NULL;
+    FILE *f = NULL;
+    if (kv_pool_init(&kv, &kc, &msg)) goto out_model;
+    pool = tpool_new((int)threads);
+    if (fwd_ctx_new(m, &kv, pool, (int)chunk, n_toks, &fwd, &msg)) goto out_kv;
+    if (kv_seq_reserve(&kv, &seq, n_toks)) goto out_kv;
+    logits = xmalloc(sizeof(float) * (size_t)chunk * V);
+    pos = xmalloc(sizeof(int32_t) * (size_t)n_toks);
+    sq = xcalloc((size_t)n_toks, sizeof(int32_t));
+    want = xmalloc(sizeof(bool) * (size_t)n_toks);
+    for (int i = 0; i < n_toks; i++) {
+        pos[i] = i;
+        want[i] = true;
+    }
+    if (!(f = fopen(out_path, "wb"))) {
+        err_set(&msg, ERR_INVALID, "cannot write '%s'", out_path);
+        goto out_kv;
+    }
+    const struct kv_seq *seqs[1] = {&seq};
+    for (int s = 0; s < n_toks; s += (int)chunk) {
+        int n = MIN((int)chunk, n_toks - s);
+        struct fwd_batch b = {n, toks + s, pos + s, sq + s, want + s, 1, seqs};
+        if (fwd_run(fwd, &b, logits, &msg)) goto out_kv;
+        if (fwrite(logits, sizeof(float), (size_t)n * V, f) != (size_t)n * V) {
+            err_set(&msg, ERR_INVALID, "short write to '%s'", out_path);
+            goto out_kv;
+        }
+    }
+    rc = 0;
+out_kv:
+    if (f && fclose(f) && rc == 0) {
+        fprintf(stderr, "inferd: logits: cannot write '%s'\n", out_path);
+        rc = 1;
+    }
+    kv_seq_release(&kv, &seq);
+    fwd_ctx_free(fwd);
+    if (pool) tpool_free(pool);
+    kv_pool_release(&kv);
+    free(logits);
+    free(pos);
+    free(sq);
+    free(want);
+out_model:
+    if (rc && msg.text[0]) fprintf(stderr, "inferd: logits: %s\n", msg.text);
+    model_free(m);
+    free(toks);
+    return rc;
+usage:
+    free(toks);
+    return 2;
+}

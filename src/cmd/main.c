@@ -1,0 +1,43 @@
+/*
+ * main.c - the inferd binary: dispatches to subcommands (cmd.h).
+ */
+#include "cmd/cmd.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: inferd <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  run           generate from a prompt on the command line\n"
+            "  logits        write the logits of every prompt position (float32)\n"
+            "  bench-engine  prefill / decode speed, as a share of this machine's limits\n"
+            "  model info    describe a GGUF model file\n"
+            "  model make    write a random-weight test model with a real tokenizer\n"
+            "\n"
+            "run 'inferd <command> --help' for a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench-engine")) return cmd_bench_engine(argc - 1, argv + 1);
+    if (!strcmp(cmd, "model")) {
+        if (argc >= 3 && !strcmp(argv[2], "info")) return cmd_model_info(argc - 2, argv + 2);
+        if (argc >= 3 && !strcmp(argv[2], "make")) return cmd_model_make(argc - 2, argv + 2);
+        fprintf(stderr, "usage: inferd model info FILE | inferd model make [options]\n");
+        return 2;
+    }
+    fprintf(stderr, "inferd: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

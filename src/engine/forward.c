@@ -1,0 +1,374 @@
+/*
+ * forward.c - the batched forward pass (see forward.h).
+ *
+ * One fwd_run = one tpool_run of fwd_worker on every thread. The worker walks
+ * the ops below; a tpool_barrier separates ops whose inputs another thread
+ * wrote. Per-token ops split tokens across threads, matmuls split output rows,
+ * attention splits (token, head) pairs: never a reduction dimension.
+ *
+ *   embed -> for each layer:
+ *     h = rmsnorm(x) * attn_norm            per token   } one split by token,
+ *     act(h) for wq/wk/wv weight types       per token   } no barrier between
+ *     q, k, v = W h                          rows
+ *     bias, qk-norm, rope, store k/v in KV   per token
+ *     attn = softmax(q k^T / sqrt(d)) v      (token, head)
+ *     act(attn); o = Wo attn                 per token; rows
+ *     x += o; h = rmsnorm(x) * ffn_norm; act(h)           per token
+ *     g, u = Wgate h, Wup h                  rows
+ *     g = silu(g) * u; act(g)                per token
+ *     d = Wdown g                            rows
+ *     x += d                                 per token
+ *   out = rmsnorm(x[wanted]) * output_norm; logits = Wout out
+ *
+ * Shapes: T = tokens in the batch, E = n_embd, Q = n_head * head_dim,
+ * KV = n_head_kv * head_dim, F = n_ff, V = n_vocab.
+ */
+#include "engine/forward.h"
+
+#include "base/check.h"
+#include "kernels/kernels.h"
+#include "kernels/vecmath.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { ACT_F32, ACT_BF16, ACT_Q8_0, ACT_Q8_K, ACT_COUNT };
+
+struct fwd_ctx {
+    const struct model *m;  /* weights, hyper-parameters */
+    struct kv_pool *kv;     /* the paged cache */
+    struct tpool *pool;     /* compute threads */
+    int max_tokens;         /* batch capacity */
+    int max_ctx;            /* longest sequence */
+    float *x;               /* (max_tokens, E) residual stream */
+    float *h;               /* (max_tokens, max(E, Q)) normed input / attention output */
+    float *q;               /* (max_tokens, Q) */
+    float *k;               /* (max_tokens, KV) */
+    float *v;               /* (max_tokens, KV) */
+    float *o;               /* (max_tokens, E) projection output */
+    float *g;               /* (max_tokens, F) gate, then silu(gate) * up */
+    float *u;               /* (max_tokens, F) up */
+    float *rope;            /* (max_tokens, n_rot / 2, 2) cos, sin per token */
+    float *scores;          /* (n_threads, max_ctx) attention scratch */
+    uint8_t *act[ACT_COUNT]; /* (max_tokens, act row bytes of the widest input) per act type */
+    size_t act_stride;      /* bytes between activation rows (any type) */
+    int32_t *out_rows;      /* (max_tokens) batch index of each wanted token */
+    /* per-call state, set by fwd_run before fanning out */
+    const struct fwd_batch *b; /* current batch */
+    float *logits;             /* (n_out, V) */
+    int n_out;                 /* wanted tokens */
+};
+
+static int act_index(enum dtype wt)
+{
+    switch (kern_act_type(wt)) {
+    case DTYPE_F32: return ACT_F32;
+    case DTYPE_BF16: return ACT_BF16;
+    case DTYPE_Q8_0: return ACT_Q8_0;
+    case DTYPE_Q8_K: return ACT_Q8_K;
+    default: CHECK(!"unexpected activation type"); return 0;
+    }
+}
+
+size_t fwd_weight_bytes(const struct model *m, bool with_output)
+{
+    size_t n = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const struct model_layer *L = &m->layers[il];
+        const struct gguf_tensor *ts[] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+        for (size_t i = 0; i < ARRAY_LEN(ts); i++) n += ts[i]->size;
+    }
+    if (with_output) n += m->output->size;
+    return n;
+}
+
+int fwd_ctx_new(const struct model *m, struct kv_pool *kv, struct tpool *pool, int max_tokens,
+                int max_ctx, struct fwd_ctx **out, struct err_msg *msg)
+{
+    const struct model_hparams *hp = &m->hp;
+    if (max_tokens < 1 || max_ctx < 1)
+        return err_set(msg, ERR_INVALID, "forward: max_tokens and max_ctx must be positive");
+    if (kv->cfg.n_layer != hp->n_layer || kv->cfg.n_kv_head != hp->n_head_kv ||
+        kv->cfg.head_dim != hp->head_dim)
+        return err_set(msg, ERR_INVALID, "forward: kv cache shape does not match the model");
+    struct fwd_ctx *c = xcalloc(1, sizeof(*c));
+    c->m = m;
+    c->kv = kv;
+    c->pool = pool;
+    c->max_tokens = max_tokens;
+    c->max_ctx = max_ctx;
+    size_t T = (size_t)max_tokens;
+    int E = hp->n_embd, Q = hp->n_head * hp->head_dim, KV = hp->n_head_kv * hp->head_dim,
+        F = hp->n_ff;
+    int widest = MAX(MAX(E, Q), F);
+    c->x = xaligned_alloc(sizeof(float) * T * (size_t)E);
+    c->h = xaligned_alloc(sizeof(float) * T * (size_t)MAX(E, Q));
+    c->q = xaligned_alloc(sizeof(float) * T * (size_t)Q);
+    c->k = xaligned_alloc(sizeof(float) * T * (size_t)KV);
+    c->v = xaligned_alloc(sizeof(float) * T * (size_t)KV);
+    c->o = xaligned_alloc(sizeof(float) * T * (size_t)E);
+    c->g = xaligned_alloc(sizeof(float) * T * (size_t)F);
+    c->u = xaligned_alloc(sizeof(float) * T * (size_t)F);
+    c->rope = xaligned_alloc(sizeof(float) * T * (size_t)hp->n_rot);
+    c->scores = xaligned_alloc(sizeof(float) * (size_t)tpool_size(pool) * (size_t)max_ctx);
+    /* f32 activations are the widest per element of every act type. */
+    c->act_stride = ((size_t)widest * sizeof(float) + 63) & ~(size_t)63;
+    for (int i = 0; i < ACT_COUNT; i++) c->act[i] = xaligned_alloc(c->act_stride * T);
+    c->out_rows = xmalloc(sizeof(int32_t) * T);
+    *out = c;
+    return 0;
+}
+
+void fwd_ctx_free(struct fwd_ctx *c)
+{
+    if (!c) return;
+    free(c->x);
+    free(c->h);
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->o);
+    free(c->g);
+    free(c->u);
+    free(c->rope);
+    free(c->scores);
+    for (int i = 0; i < ACT_COUNT; i++) free(c->act[i]);
+    free(c->out_rows);
+    free(c);
+}
+
+/* ---- per-token helpers (one thread owns a token row) ---- */
+
+static void rmsnorm(const float *x, const float *w, float *y, int n, float eps)
+{
+    float ss = kern_sum_sq_f32(x, n);
+    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+}
+
+/* Rotates one head in place. cs holds (cos, sin) pairs for i < n_rot / 2. */
+static void rope_head(float *x, const float *cs, int n_rot, bool neox)
+{
+    int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        float c = cs[2 * i], s = cs[2 * i + 1];
+        int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+        float a = x[i0], b = x[i1];
+        x[i0] = a * c - b * s;
+        x[i1] = a * s + b * c;
+    }
+}
+
+static void add_bias(float *x, const struct gguf_tensor *b, int n)
+{
+    if (!b) return;
+    const float *bv = b->data;
+    for (int i = 0; i < n; i++) x[i] += bv[i];
+}
+
+/* Quantizes rows [t0, t1) of x (stride k floats) for each weight type in ws. */
+static void prep_act(struct fwd_ctx *c, const float *x, int k, const struct gguf_tensor *const *ws,
+                     int n_ws, int t0, int t1)
+{
+    bool done[ACT_COUNT] = {false};
+    for (int i = 0; i < n_ws; i++) {
+        int ai = act_index(ws[i]->type);
+        if (done[ai]) continue;
+        done[ai] = true;
+        for (int t = t0; t < t1; t++)
+            kern_quantize_act(ws[i]->type, x + (size_t)t * k, c->act[ai] + (size_t)t * c->act_stride, k);
+    }
+}
+
+/* This thread's share of y = W act for n_tok tokens; y has ldy floats per token. */
+static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, int n_tok, float *y, int ldy,
+                   int ith, int nth)
+{
+    int rows = (int)w->ne[1], k = (int)w->ne[0];
+    int r0, r1;
+    tpool_split(rows, 16, ith, nth, &r0, &r1);
+    if (r0 >= r1 || n_tok == 0) return;
+    kern_matmul(w->type, w->data, dtype_row_size(w->type, k), k, r0, r1,
+                c->act[act_index(w->type)], c->act_stride, n_tok, y, ldy);
+}
+
+/* Attention of token t, query head h, over positions [0, pos] of its sequence. */
+static void attend(struct fwd_ctx *c, int layer, int t, int h, float *scores)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const struct kv_pool *kv = c->kv;
+    const int hd = hp->head_dim, bt = kv->cfg.block_tokens;
+    const int kvh = h / (hp->n_head / hp->n_head_kv);
+    const size_t row = (size_t)hd * dtype_info(kv->cfg.dtype)->type_size;
+    const size_t head_off = (size_t)kvh * bt * row;
+    const struct kv_seq *s = c->b->seqs[c->b->seq[t]];
+    const int n_ctx = c->b->pos[t] + 1;
+    const float *q = c->q + (size_t)t * hp->n_head * hd + (size_t)h * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+
+    for (int p0 = 0, bi = 0; p0 < n_ctx; p0 += bt, bi++) {
+        int rows = MIN(bt, n_ctx - p0);
+        const uint8_t *kb = (const uint8_t *)kv_pool_k(kv, s->blocks[bi], layer) + head_off;
+        kern_kv_dot(kv->cfg.dtype, kb, row, rows, q, hd, scores + p0);
+    }
+    kern_softmax(scores, n_ctx, scale);
+
+    float *out = c->h + (size_t)t * hp->n_head * hd + (size_t)h * hd;
+    memset(out, 0, sizeof(float) * (size_t)hd);
+    for (int p0 = 0, bi = 0; p0 < n_ctx; p0 += bt, bi++) {
+        int rows = MIN(bt, n_ctx - p0);
+        const uint8_t *vb = (const uint8_t *)kv_pool_v(kv, s->blocks[bi], layer) + head_off;
+        kern_kv_accum(kv->cfg.dtype, vb, row, rows, scores + p0, hd, out);
+    }
+}
+
+/* Bias, qk-norm, rope for token t's q and k; stores k and v into the cache. */
+static void qkv_post(struct fwd_ctx *c, const struct model_layer *L, int layer, int t)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const int hd = hp->head_dim, Q = hp->n_head * hd, KV = hp->n_head_kv * hd;
+    float *q = c->q + (size_t)t * Q, *k = c->k + (size_t)t * KV, *v = c->v + (size_t)t * KV;
+    add_bias(q, L->bq, Q);
+    add_bias(k, L->bk, KV);
+    add_bias(v, L->bv, KV);
+    const float *cs = c->rope + (size_t)t * hp->n_rot;
+    for (int h = 0; h < hp->n_head; h++) {
+        if (L->q_norm) rmsnorm(q + h * hd, L->q_norm->data, q + h * hd, hd, hp->rms_eps);
+        rope_head(q + h * hd, cs, hp->n_rot, hp->rope_neox);
+    }
+    for (int h = 0; h < hp->n_head_kv; h++) {
+        if (L->k_norm) rmsnorm(k + h * hd, L->k_norm->data, k + h * hd, hd, hp->rms_eps);
+        rope_head(k + h * hd, cs, hp->n_rot, hp->rope_neox);
+    }
+    const struct kv_pool *kv = c->kv;
+    const int bt = kv->cfg.block_tokens, pos = c->b->pos[t];
+    const struct kv_seq *s = c->b->seqs[c->b->seq[t]];
+    const int32_t blk = s->blocks[pos / bt];
+    const size_t elt = dtype_info(kv->cfg.dtype)->type_size;
+    for (int h = 0; h < hp->n_head_kv; h++) {
+        size_t off = ((size_t)h * bt + (size_t)(pos % bt)) * hd * elt;
+        kern_kv_store(kv->cfg.dtype, k + h * hd, (uint8_t *)kv_pool_k(kv, blk, layer) + off, hd);
+        kern_kv_store(kv->cfg.dtype, v + h * hd, (uint8_t *)kv_pool_v(kv, blk, layer) + off, hd);
+    }
+}
+
+static void fwd_worker(void *arg, int ith, int nth)
+{
+    struct fwd_ctx *c = arg;
+    const struct model *m = c->m;
+    const struct model_hparams *hp = &m->hp;
+    const struct fwd_batch *b = c->b;
+    const int T = b->n_tokens, E = hp->n_embd, hd = hp->head_dim;
+    const int Q = hp->n_head * hd, KV = hp->n_head_kv * hd, F = hp->n_ff;
+    int t0, t1;
+    tpool_split(T, 1, ith, nth, &t0, &t1);
+
+    /* Embeddings and per-token rope tables. */
+    const size_t emb_row = dtype_row_size(m->tok_embd->type, E);
+    for (int t = t0; t < t1; t++) {
+        kern_dequantize_row(m->tok_embd->type,
+                            (const uint8_t *)m->tok_embd->data + (size_t)b->tokens[t] * emb_row,
+                            c->x + (size_t)t * E, E);
+        float *cs = c->rope + (size_t)t * hp->n_rot;
+        for (int i = 0; i < hp->n_rot / 2; i++) {
+            /* Double precision: the angle grows with the position, float loses it. */
+            double freq = pow((double)hp->rope_theta, -2.0 * i / (double)hp->n_rot);
+            double ang = (double)b->pos[t] * freq;
+            cs[2 * i] = (float)cos(ang);
+            cs[2 * i + 1] = (float)sin(ang);
+        }
+    }
+
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct model_layer *L = &m->layers[il];
+        const struct gguf_tensor *qkv[3] = {L->wq, L->wk, L->wv};
+        for (int t = t0; t < t1; t++)
+            rmsnorm(c->x + (size_t)t * E, L->attn_norm->data, c->h + (size_t)t * E, E, hp->rms_eps);
+        prep_act(c, c->h, E, qkv, 3, t0, t1);
+        tpool_barrier(c->pool);
+
+        matmul(c, L->wq, T, c->q, Q, ith, nth);
+        matmul(c, L->wk, T, c->k, KV, ith, nth);
+        matmul(c, L->wv, T, c->v, KV, ith, nth);
+        tpool_barrier(c->pool);
+
+        for (int t = t0; t < t1; t++) qkv_post(c, L, il, t);
+        tpool_barrier(c->pool);
+
+        int a0, a1;
+        tpool_split(T * hp->n_head, 1, ith, nth, &a0, &a1);
+        float *scores = c->scores + (size_t)ith * c->max_ctx;
+        for (int a = a0; a < a1; a++) attend(c, il, a / hp->n_head, a % hp->n_head, scores);
+        tpool_barrier(c->pool);
+
+        prep_act(c, c->h, Q, &L->wo, 1, t0, t1);
+        tpool_barrier(c->pool);
+        matmul(c, L->wo, T, c->o, E, ith, nth);
+        tpool_barrier(c->pool);
+
+        const struct gguf_tensor *gu[2] = {L->w_gate, L->w_up};
+        for (int t = t0; t < t1; t++) {
+            float *x = c->x + (size_t)t * E, *o = c->o + (size_t)t * E;
+            for (int i = 0; i < E; i++) x[i] += o[i];
+            rmsnorm(x, L->ffn_norm->data, c->h + (size_t)t * E, E, hp->rms_eps);
+        }
+        prep_act(c, c->h, E, gu, 2, t0, t1);
+        tpool_barrier(c->pool);
+        matmul(c, L->w_gate, T, c->g, F, ith, nth);
+        matmul(c, L->w_up, T, c->u, F, ith, nth);
+        tpool_barrier(c->pool);
+
+        for (int t = t0; t < t1; t++) kern_silu_mul(c->g + (size_t)t * F, c->u + (size_t)t * F, F);
+        prep_act(c, c->g, F, &L->w_down, 1, t0, t1);
+        tpool_barrier(c->pool);
+        matmul(c, L->w_down, T, c->o, E, ith, nth);
+        tpool_barrier(c->pool);
+
+        for (int t = t0; t < t1; t++) {
+            float *x = c->x + (size_t)t * E, *o = c->o + (size_t)t * E;
+            for (int i = 0; i < E; i++) x[i] += o[i];
+        }
+    }
+
+    /* Final norm of the wanted tokens, compacted into h rows [0, n_out).
+     * A wanted token's residual row may belong to another thread's split. */
+    tpool_barrier(c->pool);
+    int o0, o1;
+    tpool_split(c->n_out, 1, ith, nth, &o0, &o1);
+    for (int j = o0; j < o1; j++)
+        rmsnorm(c->x + (size_t)c->out_rows[j] * E, m->out_norm->data, c->h + (size_t)j * E, E,
+                hp->rms_eps);
+    prep_act(c, c->h, E, &m->output, 1, o0, o1);
+    tpool_barrier(c->pool);
+    matmul(c, m->output, c->n_out, c->logits, hp->n_vocab, ith, nth);
+}
+
+int fwd_run(struct fwd_ctx *c, const struct fwd_batch *b, float *logits, struct err_msg *msg)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    if (b->n_tokens < 1 || b->n_tokens > c->max_tokens)
+        return err_set(msg, ERR_INVALID, "forward: batch of %d tokens (capacity %d)", b->n_tokens,
+                       c->max_tokens);
+    int n_out = 0;
+    for (int t = 0; t < b->n_tokens; t++) {
+        if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab)
+            return err_set(msg, ERR_INVALID, "token id %d is out of range (vocabulary %d)",
+                           b->tokens[t], hp->n_vocab);
+        if (b->pos[t] < 0 || b->pos[t] >= c->max_ctx)
+            return err_set(msg, ERR_INVALID, "position %d is beyond the context (%d)", b->pos[t],
+                           c->max_ctx);
+        if (b->seq[t] < 0 || b->seq[t] >= b->n_seqs)
+            return err_set(msg, ERR_INVALID, "token %d names sequence %d of %d", t, b->seq[t],
+                           b->n_seqs);
+        const struct kv_seq *s = b->seqs[b->seq[t]];
+        if (b->pos[t] >= s->n_blocks * c->kv->cfg.block_tokens)
+            return err_set(msg, ERR_INVALID, "position %d has no KV block reserved", b->pos[t]);
+        if (b->want_logits[t]) c->out_rows[n_out++] = t;
+    }
+    c->b = b;
+    c->logits = logits;
+    c->n_out = n_out;
+    tpool_run(c->pool, fwd_worker, c);
+    c->b = NULL;
+    return 0;
+}

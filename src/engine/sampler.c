@@ -1,0 +1,993 @@
+/*
+ * sampler.c - see sampler.h for the definitions this file implements.
+ *
+ * Shape of one call (V = n_vocab):
+ *
+ *   raw_scan        one pass: the best raw tokens (the greedy answer when
+ *                   nothing is penalized; the logprob alternatives)
+ *   build_overrides bias and penalties touch few tokens, so they are kept
+ *                   sparse: ov[] holds (token, processed z), slot[token] finds
+ *                   it. The logits are never copied.
+ *   greedy          best untouched raw token vs. the overrides; a second pass
+ *                   only if the raw best itself was touched
+ *   top-k > 0       heap of the k best (z, id) keys in one pass, sort the k
+ *   top-k off       "lazy" path: one vectorized pass computes every weight
+ *                   and its bucket floor(-8 t), a second counts tokens per
+ *                   bucket; then buckets are gathered and sorted, in order,
+ *                   only as deep as the top-p cut or the draw needs. The
+ *                   bucket is monotone in z, so the tokens of buckets 0..b are
+ *                   exactly a prefix of rank order:
+ *
+ *       bucket:  0        1        2     ...   127 (all of t < -15.9)
+ *       rank:   [sorted ][sorted  ][...]        never sorted unless reached
+ *
+ *                   A gather skips whole blocks of 64 ids whose best bucket
+ *                   is past the band, which for a peaked distribution is
+ *                   nearly all of them.
+ *   logprobs        one more pass (exp and a running sum over the raw
+ *                   logits); the exp part is skipped when the lazy path's
+ *                   weights are those very terms (T == 1, nothing touched)
+ *
+ * Which path ranks the tokens, and how far, never changes a result: every
+ * total is defined over token ids (sum_lanes), and a streaming pass or a sort
+ * of the few ids involved give the same double; every cumulative walks the
+ * same rank order. The tests check the two paths against each other.
+ *
+ * Scratch invariants between calls: slot[] is all -1 and n_ov is 0.
+ */
+#include "engine/sampler.h"
+
+#include "base/check.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#define N_BUCKETS   128  /* weight buckets for the lazy path */
+#define BUCKET_RATE 8.0f /* buckets per unit of -t (t = log weight) */
+#define BUCKET_NONE 255  /* bucket of a token that is not a candidate */
+#define SMALL_SORT  48   /* insertion sort at or below this many keys */
+#define MAX_VOCAB   (1 << 30)
+#define BLOCK       64 /* ids per block_min entry */
+#define SUM_LANES   8  /* interleaved accumulators of a total (see sum_lanes) */
+
+/* A token whose logit bias or penalties changed. */
+struct override {
+    int32_t token;    /* token id */
+    float z;          /* processed logit so far */
+    int32_t count;    /* occurrences in generated (presence/frequency) */
+    int32_t rep_done; /* repetition penalty already applied */
+};
+
+struct sampler {
+    int n_vocab;                /* V */
+    int32_t *slot;              /* (V) index into ov, or -1 when untouched */
+    struct override *ov;        /* (V) touched tokens in first-touch order */
+    int n_ov;                   /* live entries of ov during a call */
+    float *w;                   /* (V) weight per token id; valid for this call's ranked tokens */
+    uint8_t *bucket;            /* (V) weight bucket per token id, lazy path only */
+    uint8_t *block_min;         /* (ceil(V / BLOCK)) least bucket in each block of BLOCK ids */
+    int32_t *rank;              /* (V) token ids in rank order; first n_ranked valid */
+    int n_ranked;               /* ranked prefix length */
+    int next_bucket;            /* lazy path: first bucket not yet gathered into rank */
+    int n_extends;              /* lazy path: extend() calls so far in this call */
+    int32_t *ids;               /* (V) gather scratch */
+    uint64_t *keys;             /* (V) sort keys / top-k heap */
+    uint64_t *keys_tmp;         /* (V) radix sort ping-pong buffer */
+    int32_t hist_n[256];        /* lazy path: tokens per bucket (BUCKET_NONE: non-candidates) */
+    double bucket_w[N_BUCKETS]; /* typical weight in each bucket, to estimate masses */
+};
+
+/* Per-call values shared by the steps below. */
+struct call {
+    const float *x; /* (V) raw logits */
+    float m;        /* max processed logit */
+    float inv_temp; /* 1 / temperature, in float */
+    float min_p;    /* min-p threshold on w */
+};
+
+/* ---- small numeric helpers ----
+ *
+ * The per-vocabulary loops must stay branch-free to vectorize. GCC turns a
+ * float select such as `x < -87 ? -87 : x` into a branch (jump threading: on
+ * one side the rest folds to a constant) and then, because float arithmetic
+ * may trap, refuses to vectorize the loop. So the selects in those loops are
+ * done on the bits, as integer min/and, which it leaves alone. */
+
+static inline uint32_t fbits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    return u;
+}
+
+static inline float bitsf(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof(x));
+    return x;
+}
+
+static inline bool is_finite(float x)
+{
+    return (fbits(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+/* keep ? x : +0.0f, as a bit mask. */
+static inline float keep_or_zero(bool keep, float x)
+{
+    return bitsf(fbits(x) & (0u - (uint32_t)keep));
+}
+
+static inline float clampf(float x)
+{
+    return x > FLT_MAX ? FLT_MAX : (x < -FLT_MAX ? -FLT_MAX : x);
+}
+
+/* The vocabulary-wide loops are IEEE basic operations only (no FMA: the
+ * build has -ffp-contract=off), so an AVX2 clone computes exactly the bits of
+ * the baseline SSE2 code, 8 lanes at a time instead of 4. The dynamic loader
+ * picks the clone once, from the CPU (ifunc). */
+#ifndef VOCAB_LOOP /* -DVOCAB_LOOP= builds the baseline code only */
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define VOCAB_LOOP __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#endif
+#ifndef VOCAB_LOOP
+#define VOCAB_LOOP
+#endif
+
+#define BITS_M87  0xc2ae0000u /* fbits(-87.0f) */
+#define BITS_NEG0 0x80000000u /* fbits(-0.0f) */
+
+/*
+ * e^x for x <= 0, in float, from IEEE basic operations only (no libm, no FMA:
+ * the build has -ffp-contract=off), so scalar and vectorized loops and every
+ * machine give the same bits. x = n ln2 + r with |r| <= ln2/2 (Cody-Waite
+ * split of ln2), e^r by its degree-7 Taylor polynomial (truncation < 1e-8),
+ * times 2^n built in the exponent field. exp_neg(0) == 1 exactly; x < -87
+ * (e^x < 1.7e-38) and -inf give 0; x >= 0 gives 1. NaN must not be passed.
+ * For x <= -0 the bits grow with |x|, so the clamps are unsigned integer
+ * compares.
+ */
+static inline float exp_neg(float x)
+{
+    uint32_t u = fbits(x);
+    u = (int32_t)u >= 0 ? BITS_NEG0 : u;       /* x >= +0 -> -0 */
+    uint32_t uc = u < BITS_M87 ? u : BITS_M87; /* max(x, -87) */
+    float xc = bitsf(uc);
+    float n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f; /* round to integer */
+    float r = xc - n * 0.693145751953125f;
+    r = r - n * 1.42860677e-6f;
+    float p = 1.98412698e-4f;
+    p = p * r + 1.38888889e-3f;
+    p = p * r + 8.33333333e-3f;
+    p = p * r + 4.16666667e-2f;
+    p = p * r + 1.66666667e-1f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t e = ((int32_t)n + 127) << 23; /* n in [-126, 0] */
+    float y = p * bitsf((uint32_t)e);
+    return keep_or_zero(u <= BITS_M87, y);
+}
+
+/* Sort key of a logit: ascending key = descending z; -0 and +0 are equal. */
+static inline uint32_t desc_key(float z)
+{
+    uint32_t u;
+    if (z == 0.0f) z = 0.0f;
+    memcpy(&u, &z, sizeof(u));
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u); /* ascending with z */
+    return ~u;
+}
+
+/* (z desc, id asc) as one integer: ascending = rank order. */
+static inline uint64_t rank_key(float z, int32_t id)
+{
+    return ((uint64_t)desc_key(z) << 32) | (uint32_t)id;
+}
+
+static inline float key_z(uint64_t key)
+{
+    uint32_t u = ~(uint32_t)(key >> 32);
+    u = (u & 0x80000000u) ? (u & 0x7fffffffu) : ~u;
+    float z;
+    memcpy(&z, &u, sizeof(z));
+    return z;
+}
+
+/* Sorts a[0..n) ascending and returns the buffer holding the result (a or
+ * tmp). Large inputs use a stable LSD radix sort over bytes [lo, hi) only, so
+ * callers pass a range that leaves out bytes already in order (e.g. the id
+ * half of rank keys gathered in id order); small ones an insertion sort on
+ * the whole key, which agrees with it under the same precondition. */
+static uint64_t *sort_keys(uint64_t *a, uint64_t *tmp, int n, int lo, int hi)
+{
+    if (n <= SMALL_SORT) {
+        for (int i = 1; i < n; i++) {
+            uint64_t k = a[i];
+            int j = i;
+            while (j > 0 && a[j - 1] > k) {
+                a[j] = a[j - 1];
+                j--;
+            }
+            a[j] = k;
+        }
+        return a;
+    }
+    uint32_t cnt[8][256];
+    memset(cnt, 0, sizeof(cnt));
+    for (int i = 0; i < n; i++)
+        for (int b = lo; b < hi; b++)
+            cnt[b][(a[i] >> (8 * b)) & 255]++;
+    for (int b = lo; b < hi; b++) {
+        int shift = 8 * b;
+        if (cnt[b][(a[0] >> shift) & 255] == (uint32_t)n) continue; /* one digit: no-op */
+        uint32_t off[256], sum = 0;
+        for (int d = 0; d < 256; d++) {
+            off[d] = sum;
+            sum += cnt[b][d];
+        }
+        for (int i = 0; i < n; i++)
+            tmp[off[(a[i] >> shift) & 255]++] = a[i];
+        uint64_t *t = a;
+        a = tmp;
+        tmp = t;
+    }
+    return a;
+}
+
+static inline float zval(const struct sampler *s, const float *x, int32_t id)
+{
+    int32_t k = s->slot[id];
+    return k >= 0 ? s->ov[k].z : x[id];
+}
+
+/* ---- parameters ---- */
+
+void sampler_params_default(struct sampler_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->temperature = 1.0f;
+    p->top_k = 0;
+    p->top_p = 1.0f;
+    p->min_p = 0.0f;
+    p->repetition_penalty = 1.0f;
+    p->repetition_window = 0;
+    p->presence_penalty = 0.0f;
+    p->frequency_penalty = 0.0f;
+    p->logit_bias = NULL;
+    p->n_logit_bias = 0;
+    p->seed = 0;
+    p->logprobs = false;
+    p->n_logprobs = 0;
+}
+
+int sampler_params_validate(const struct sampler_params *p, int n_vocab, struct err_msg *msg)
+{
+    if (!p) return err_set(msg, ERR_INVALID, "sampling parameters missing");
+    if (!(is_finite(p->temperature) && p->temperature >= 0.0f))
+        return err_set(msg, ERR_INVALID, "temperature must be a finite number >= 0 (got %g)",
+                       (double)p->temperature);
+    if (p->top_k < 0)
+        return err_set(msg, ERR_INVALID, "top_k must be >= 0 (got %d)", (int)p->top_k);
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+        return err_set(msg, ERR_INVALID, "top_p must be in (0, 1] (got %g)", (double)p->top_p);
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+        return err_set(msg, ERR_INVALID, "min_p must be in [0, 1] (got %g)", (double)p->min_p);
+    if (!(is_finite(p->repetition_penalty) && p->repetition_penalty > 0.0f))
+        return err_set(msg, ERR_INVALID, "repetition_penalty must be a finite number > 0 (got %g)",
+                       (double)p->repetition_penalty);
+    if (p->repetition_window < 0)
+        return err_set(msg, ERR_INVALID, "repetition_window must be >= 0 (got %d)",
+                       (int)p->repetition_window);
+    if (!is_finite(p->presence_penalty))
+        return err_set(msg, ERR_INVALID, "presence_penalty must be finite (got %g)",
+                       (double)p->presence_penalty);
+    if (!is_finite(p->frequency_penalty))
+        return err_set(msg, ERR_INVALID, "frequency_penalty must be finite (got %g)",
+                       (double)p->frequency_penalty);
+    if (p->n_logit_bias < 0)
+        return err_set(msg, ERR_INVALID, "n_logit_bias must be >= 0 (got %d)",
+                       (int)p->n_logit_bias);
+    if (p->n_logit_bias > 0 && !p->logit_bias)
+        return err_set(msg, ERR_INVALID, "logit_bias is NULL but n_logit_bias is %d",
+                       (int)p->n_logit_bias);
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        const struct sampler_bias *b = &p->logit_bias[i];
+        if (b->token < 0 || b->token >= n_vocab)
+            return err_set(msg, ERR_INVALID,
+                           "logit_bias[%d].token: %d is outside the vocabulary [0, %d)", i,
+                           (int)b->token, n_vocab);
+        if (!is_finite(b->bias))
+            return err_set(msg, ERR_INVALID, "logit_bias[%d].bias must be finite (got %g)", i,
+                           (double)b->bias);
+    }
+    if (p->n_logprobs < 0 || p->n_logprobs > SAMPLER_MAX_LOGPROBS)
+        return err_set(msg, ERR_INVALID, "n_logprobs must be in [0, %d] (got %d)",
+                       SAMPLER_MAX_LOGPROBS, (int)p->n_logprobs);
+    if (p->n_logprobs > 0 && !p->logprobs)
+        return err_set(msg, ERR_INVALID, "n_logprobs is %d but logprobs is off",
+                       (int)p->n_logprobs);
+    return 0;
+}
+
+/* ---- object ---- */
+
+struct sampler *sampler_new(int n_vocab)
+{
+    if (n_vocab < 1 || n_vocab > MAX_VOCAB) return NULL;
+    struct sampler *s = xcalloc(1, sizeof(*s));
+    size_t v = (size_t)n_vocab;
+    s->n_vocab = n_vocab;
+    /* Middle of each bucket's weight range; the last one is open-ended. */
+    for (int b = 0; b < N_BUCKETS; b++)
+        s->bucket_w[b] = exp(-((double)b + 0.5) / BUCKET_RATE);
+    s->bucket_w[N_BUCKETS - 1] = exp(-((double)N_BUCKETS + 2.0) / BUCKET_RATE);
+    s->slot = xmalloc(v * sizeof(*s->slot));
+    for (size_t i = 0; i < v; i++)
+        s->slot[i] = -1;
+    s->ov = xmalloc(v * sizeof(*s->ov));
+    s->w = xmalloc(v * sizeof(*s->w));
+    s->bucket = xmalloc(v * sizeof(*s->bucket));
+    s->block_min = xmalloc((v + BLOCK - 1) / BLOCK);
+    s->rank = xmalloc(v * sizeof(*s->rank));
+    s->ids = xmalloc(v * sizeof(*s->ids));
+    s->keys = xmalloc(v * sizeof(*s->keys));
+    s->keys_tmp = xmalloc(v * sizeof(*s->keys_tmp));
+    return s;
+}
+
+void sampler_free(struct sampler *s)
+{
+    if (!s) return;
+    free(s->slot);
+    free(s->ov);
+    free(s->w);
+    free(s->bucket);
+    free(s->block_min);
+    free(s->rank);
+    free(s->ids);
+    free(s->keys);
+    free(s->keys_tmp);
+    free(s);
+}
+
+/* ---- randomness ---- */
+
+static inline uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Output number `position` of the splitmix64 stream whose state starts at
+ * mix64(seed): no state to carry, so any position can be drawn directly. */
+double sampler_uniform(uint64_t seed, int64_t position)
+{
+    uint64_t state = mix64(seed) + ((uint64_t)position + 1) * 0x9e3779b97f4a7c15ull;
+    return (double)(mix64(state) >> 11) * 0x1.0p-53;
+}
+
+/* ---- raw scan: best raw tokens ---- */
+
+/* The best `cap` finite raw logits in rank order (z desc, id asc). */
+struct top_raw {
+    int n;                            /* filled */
+    int cap;                          /* wanted, 1..SAMPLER_MAX_LOGPROBS */
+    float z[SAMPLER_MAX_LOGPROBS];    /* (n) logits, descending */
+    int32_t id[SAMPLER_MAX_LOGPROBS]; /* (n) token ids */
+};
+
+static void top_raw_insert(struct top_raw *t, float v, int32_t id)
+{
+    /* Ids arrive ascending, so v goes after every kept token with an equal z. */
+    int pos = t->n < t->cap ? t->n : t->cap - 1;
+    while (pos > 0 && t->z[pos - 1] < v) {
+        t->z[pos] = t->z[pos - 1];
+        t->id[pos] = t->id[pos - 1];
+        pos--;
+    }
+    t->z[pos] = v;
+    t->id[pos] = id;
+    if (t->n < t->cap) t->n++;
+}
+
+static void raw_scan(const float *x, int n_vocab, struct top_raw *t)
+{
+    int i = 0;
+    t->n = 0;
+    for (; i < n_vocab && t->n < t->cap; i++)
+        if (is_finite(x[i])) top_raw_insert(t, x[i], i);
+    float thr = t->n == t->cap ? t->z[t->cap - 1] : INFINITY; /* the worst kept */
+    for (; i < n_vocab; i++) {
+        float v = x[i];
+        /* A tie with the worst kept loses (higher id): strict >. */
+        if (__builtin_expect(v > thr, 0)) {
+            if (!is_finite(v)) continue;
+            top_raw_insert(t, v, i);
+            thr = t->z[t->cap - 1];
+        }
+    }
+}
+
+/* The largest finite raw logit, or -inf if there is none. Floats compare
+ * like these integer keys (sign-magnitude to two's complement), and an
+ * integer max reduction vectorizes where a float one may not (NaN rules). */
+VOCAB_LOOP static float raw_max(const float *restrict x, int n)
+{
+    int32_t best = INT32_MIN;
+    for (int i = 0; i < n; i++) {
+        uint32_t u = fbits(x[i]);
+        uint32_t fin = 0u - (uint32_t)is_finite(x[i]); /* all ones or zero */
+        uint32_t key = u ^ ((uint32_t)((int32_t)u >> 31) & 0x7fffffffu);
+        int32_t k = (int32_t)((key & fin) | (0x80000000u & ~fin)); /* INT32_MIN if not */
+        best = k > best ? k : best;
+    }
+    if (best == INT32_MIN) return -INFINITY;
+    uint32_t u = (uint32_t)best;
+    return bitsf(u ^ ((uint32_t)((int32_t)u >> 31) & 0x7fffffffu));
+}
+
+/* ---- bias and penalties ---- */
+
+/* Entry for token id, created from its raw logit; -1 when the raw logit is
+ * not finite (such a token stays out whatever the bias). */
+static int32_t ov_get(struct sampler *s, const float *x, int32_t id)
+{
+    int32_t k = s->slot[id];
+    if (k >= 0) return k;
+    if (!is_finite(x[id])) return -1;
+    k = s->n_ov++;
+    s->ov[k].token = id;
+    s->ov[k].z = x[id];
+    s->ov[k].count = 0;
+    s->ov[k].rep_done = 0;
+    s->slot[id] = k;
+    return k;
+}
+
+static void ov_clear(struct sampler *s)
+{
+    for (int i = 0; i < s->n_ov; i++)
+        s->slot[s->ov[i].token] = -1;
+    s->n_ov = 0;
+}
+
+/* Steps 1-3 of the pipeline into ov[]. Returns ERR_INVALID on a token id out
+ * of range; the caller clears ov either way. */
+static int build_overrides(struct sampler *s, const struct sampler_params *p, const float *x,
+                           const int32_t *prompt, int n_prompt, const int32_t *gen, int n_gen)
+{
+    int V = s->n_vocab;
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        int32_t k = ov_get(s, x, p->logit_bias[i].token);
+        if (k >= 0) s->ov[k].z = clampf(s->ov[k].z + p->logit_bias[i].bias);
+    }
+
+    if (p->repetition_penalty != 1.0f) {
+        float r = p->repetition_penalty;
+        int64_t total = (int64_t)n_prompt + n_gen;
+        int64_t start = 0;
+        if (p->repetition_window > 0 && p->repetition_window < total)
+            start = total - p->repetition_window;
+        for (int64_t i = start; i < total; i++) {
+            int32_t id = i < n_prompt ? prompt[i] : gen[i - n_prompt];
+            if (id < 0 || id >= V) return ERR_INVALID;
+            int32_t k = ov_get(s, x, id);
+            if (k < 0 || s->ov[k].rep_done) continue;
+            float z = s->ov[k].z;
+            s->ov[k].z = clampf(z > 0.0f ? z / r : z * r);
+            s->ov[k].rep_done = 1;
+        }
+    }
+
+    if (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) {
+        for (int i = 0; i < n_gen; i++) {
+            int32_t id = gen[i];
+            if (id < 0 || id >= V) return ERR_INVALID;
+            int32_t k = ov_get(s, x, id);
+            if (k >= 0) s->ov[k].count++;
+        }
+        for (int k = 0; k < s->n_ov; k++) {
+            if (s->ov[k].count == 0) continue;
+            float pen = p->presence_penalty + p->frequency_penalty * (float)s->ov[k].count;
+            s->ov[k].z = clampf(s->ov[k].z - pen);
+        }
+    }
+    return 0;
+}
+
+/* Best processed token in rank order: the best untouched raw token against
+ * every override. -1 if there is no candidate. */
+static int32_t best_processed(const struct sampler *s, const float *x, const struct top_raw *t)
+{
+    float bz = -INFINITY;
+    int32_t bid = -1;
+    /* The raw top list is an exact rank-order prefix, so its first untouched
+     * entry is the best untouched token. */
+    for (int i = 0; i < t->n; i++) {
+        if (s->slot[t->id[i]] < 0) {
+            bz = t->z[i];
+            bid = t->id[i];
+            break;
+        }
+    }
+    if (bid < 0 && t->n > 0 && s->n_ov > 0) {
+        for (int i = 0; i < s->n_vocab; i++) {
+            float v = x[i];
+            if (v > bz && v <= FLT_MAX && s->slot[i] < 0) {
+                bz = v;
+                bid = i;
+            }
+        }
+    }
+    for (int k = 0; k < s->n_ov; k++) {
+        float z = s->ov[k].z;
+        int32_t id = s->ov[k].token;
+        if (bid < 0 || z > bz || (z == bz && id < bid)) {
+            bz = z;
+            bid = id;
+        }
+    }
+    return bid;
+}
+
+/* ---- top-k path ---- */
+
+static void heap_sift_down(uint64_t *h, int n, int i)
+{
+    uint64_t v = h[i];
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && h[c + 1] > h[c]) c++;
+        if (h[c] <= v) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = v;
+}
+
+static void heap_push(uint64_t *h, int *n, uint64_t v)
+{
+    int i = (*n)++;
+    while (i > 0) {
+        int parent = (i - 1) / 2;
+        if (h[parent] >= v) break;
+        h[i] = h[parent];
+        i = parent;
+    }
+    h[i] = v;
+}
+
+/* Ranks the k best candidates (all of them if there are fewer) into
+ * s->rank. The heap is a max-heap of rank keys: its root is the worst token
+ * kept. */
+static void rank_top_k(struct sampler *s, const float *x, int k)
+{
+    uint64_t *h = s->keys;
+    const int32_t *slot = s->slot;
+    int n = 0, i = 0, V = s->n_vocab;
+    for (; i < V && n < k; i++)
+        if (is_finite(x[i]) && slot[i] < 0) heap_push(h, &n, rank_key(x[i], i));
+    float root_z = n == k ? key_z(h[0]) : INFINITY;
+    for (; i < V; i++) {
+        float v = x[i];
+        /* Ids arrive ascending: an equal z loses to the root, so strict >.
+         * Rarely true once the heap holds good tokens. */
+        if (__builtin_expect(v > root_z, 0)) {
+            if (!is_finite(v) || slot[i] >= 0) continue;
+            h[0] = rank_key(v, i);
+            heap_sift_down(h, n, 0);
+            root_z = key_z(h[0]);
+        }
+    }
+    for (int j = 0; j < s->n_ov; j++) {
+        uint64_t key = rank_key(s->ov[j].z, s->ov[j].token);
+        if (n < k) {
+            heap_push(h, &n, key);
+        } else if (key < h[0]) {
+            h[0] = key;
+            heap_sift_down(h, n, 0);
+        }
+    }
+    uint64_t *sorted = sort_keys(h, s->keys_tmp, n, 0, 8);
+    for (int j = 0; j < n; j++)
+        s->rank[j] = (int32_t)(uint32_t)sorted[j];
+    s->n_ranked = n;
+    s->next_bucket = N_BUCKETS; /* nothing more to rank */
+}
+
+/* ---- lazy path ---- */
+
+#define BITS_LAST_BUCKET 0x42fe0000u /* fbits((float)(N_BUCKETS - 1)) */
+
+/* floor(-t * BUCKET_RATE) clamped to the last bucket; monotone in t. A
+ * positive t (only for touched tokens, which are patched afterwards) lands in
+ * the last bucket. */
+static inline int bucket_of(float t)
+{
+    float b = 0.0f - t * BUCKET_RATE; /* 0 - x, not -x: t == 0 must give +0 */
+    uint32_t u = fbits(b);
+    u = u < BITS_LAST_BUCKET ? u : BITS_LAST_BUCKET;
+    return (int)bitsf(u);
+}
+
+/* w[i] and bucket[i] of every token from its raw logit (touched tokens are
+ * patched by the caller); non-candidates get 0 and BUCKET_NONE. */
+VOCAB_LOOP static void weigh_loop(const float *restrict x, float *restrict w,
+                                  uint8_t *restrict bucket, int n, float m, float inv_temp)
+{
+    for (int i = 0; i < n; i++) {
+        float v = x[i];
+        bool fin = is_finite(v);
+        float t = keep_or_zero(fin, v - m) * inv_temp;
+        w[i] = keep_or_zero(fin, exp_neg(t));
+        bucket[i] = (uint8_t)((uint32_t)bucket_of(t) | (BUCKET_NONE & ((uint32_t)fin - 1u)));
+    }
+}
+
+VOCAB_LOOP static void block_min_loop(const uint8_t *restrict bucket, uint8_t *restrict out, int n)
+{
+    for (int j = 0; j * BLOCK < n; j++) {
+        int end = (j + 1) * BLOCK < n ? (j + 1) * BLOCK : n;
+        uint8_t m = 255;
+        for (int i = j * BLOCK; i < end; i++)
+            m = bucket[i] < m ? bucket[i] : m;
+        out[j] = m;
+    }
+}
+
+/*
+ * A total, as the header defines it: the double sum over token ids in
+ * ascending order - split into SUM_LANES interleaved lanes (lane = id mod 8,
+ * each summed in id order, the lanes added pairwise at the end). The order is
+ * as fixed as a single running sum, but the lanes are independent, so the
+ * loop vectorizes instead of waiting on one add at a time. Terms with
+ * w < min_p count as +0, which leaves a sum of non-negatives unchanged, so
+ * summing all V ids equals summing just the members.
+ */
+static inline double lanes_add(const double *acc)
+{
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+VOCAB_LOOP static double sum_lanes(const float *restrict w, int n, float min_p)
+{
+    double acc[SUM_LANES] = {0};
+    int i = 0;
+    for (; i + SUM_LANES <= n; i += SUM_LANES)
+        for (int l = 0; l < SUM_LANES; l++)
+            acc[l] += keep_or_zero(w[i + l] >= min_p, w[i + l]);
+    for (; i < n; i++)
+        acc[i % SUM_LANES] += keep_or_zero(w[i] >= min_p, w[i]);
+    return lanes_add(acc);
+}
+
+/* The same total over an explicit set of ids, already sorted ascending. */
+static double sum_lanes_ids(const float *w, const uint64_t *ids, int n, float min_p)
+{
+    double acc[SUM_LANES] = {0};
+    for (int j = 0; j < n; j++) {
+        float wv = w[ids[j]];
+        acc[ids[j] % SUM_LANES] += keep_or_zero(wv >= min_p, wv);
+    }
+    return lanes_add(acc);
+}
+
+/* Lazy path set-up: weights and buckets of every token, the per-bucket token
+ * counts that guide extend(), and the totals over all candidates and over
+ * those with w >= min_p. */
+static void weigh_all(struct sampler *s, const struct call *c, double *w_all, double *w_min)
+{
+    float *w = s->w;
+    uint8_t *bucket = s->bucket;
+    float m = c->m, inv_temp = c->inv_temp, min_p = c->min_p;
+    int V = s->n_vocab;
+    weigh_loop(c->x, w, bucket, V, m, inv_temp);
+    for (int k = 0; k < s->n_ov; k++) {
+        float t = (s->ov[k].z - m) * inv_temp;
+        w[s->ov[k].token] = exp_neg(t);
+        bucket[s->ov[k].token] = (uint8_t)bucket_of(t);
+    }
+    block_min_loop(bucket, s->block_min, V);
+    *w_all = sum_lanes(w, V, 0.0f);
+    *w_min = min_p > 0.0f ? sum_lanes(w, V, min_p) : *w_all;
+
+    /* Token counts per bucket: extend() estimates masses from them. Four
+     * interleaved copies break the store-to-load chain that a run of one
+     * bucket would make. */
+    int32_t hist_n[4][256];
+    memset(hist_n, 0, sizeof(hist_n));
+    int i = 0;
+    for (; i + 4 <= V; i += 4) {
+        hist_n[0][bucket[i]]++;
+        hist_n[1][bucket[i + 1]]++;
+        hist_n[2][bucket[i + 2]]++;
+        hist_n[3][bucket[i + 3]]++;
+    }
+    for (; i < V; i++)
+        hist_n[0][bucket[i]]++;
+    for (int b = 0; b < 256; b++)
+        s->hist_n[b] = hist_n[0][b] + hist_n[1][b] + hist_n[2][b] + hist_n[3][b];
+    s->n_ranked = 0;
+    s->next_bucket = 0;
+    s->n_extends = 0;
+}
+
+/* Appends the next buckets to the ranked prefix. How many: the calling walk
+ * must reach cumulative `target` out of `total`, i.e. it may leave at most
+ * total - target unranked. Bucket masses are estimated as count x typical
+ * weight (only buckets that can reach min_p count), scaled so that they add
+ * up to total, and the band ends where the estimated mass left beyond it is
+ * within 80% of that allowance. If the walk still falls short it asks again;
+ * from the second retry on the band at least doubles, so a bad estimate
+ * costs few gather passes. Returns false when every candidate is ranked. */
+static bool extend(struct sampler *s, const float *x, double target, double total, float min_p)
+{
+    int b0 = s->next_bucket;
+    while (b0 < N_BUCKETS && s->hist_n[b0] == 0)
+        b0++;
+    if (b0 >= N_BUCKETS) {
+        s->next_bucket = N_BUCKETS;
+        return false;
+    }
+    double est[N_BUCKETS], est_total = 0.0;
+    for (int b = 0; b < N_BUCKETS; b++) {
+        bool reaches = s->bucket_w[b] * exp(1.0 / (2.0 * BUCKET_RATE)) >= (double)min_p;
+        est[b] = reaches ? s->hist_n[b] * s->bucket_w[b] : 0.0;
+        est_total += est[b];
+    }
+    double allow = 0.8 * (total - target) * (est_total / total); /* in estimate units */
+    double beyond = est_total;
+    for (int b = 0; b < b0; b++)
+        beyond -= est[b];
+    int b1 = b0;
+    beyond -= est[b0];
+    while (b1 + 1 < N_BUCKETS && beyond > allow)
+        beyond -= est[++b1];
+    int min_width = s->n_extends >= 2 ? b0 : 1; /* second retry on: at least double */
+    if (b1 < b0 + min_width - 1) b1 = MIN(N_BUCKETS - 1, b0 + min_width - 1);
+    s->n_extends++;
+    s->next_bucket = b1 + 1;
+
+    /* Gather in id order, so that a stable sort on the z half of the key
+     * keeps ties in id order. Blocks whose best bucket is past b1 are
+     * skipped whole: for a peaked distribution that is nearly all of them. */
+    const uint8_t *bucket = s->bucket;
+    int32_t *ids = s->ids;
+    int V = s->n_vocab, n = 0;
+    uint8_t lo = (uint8_t)b0, hi = (uint8_t)b1;
+    for (int j = 0; j * BLOCK < V; j++) {
+        if (s->block_min[j] > hi) continue;
+        int end = (j + 1) * BLOCK < V ? (j + 1) * BLOCK : V;
+        for (int i = j * BLOCK; i < end; i++) {
+            uint8_t b = bucket[i];
+            ids[n] = i; /* branch-free compaction */
+            n += (b >= lo) & (b <= hi);
+        }
+    }
+    for (int j = 0; j < n; j++)
+        s->keys[j] = rank_key(zval(s, x, ids[j]), ids[j]);
+    uint64_t *sorted = sort_keys(s->keys, s->keys_tmp, n, 4, 8);
+    int32_t *dst = s->rank + s->n_ranked;
+    for (int j = 0; j < n; j++)
+        dst[j] = (int32_t)(uint32_t)sorted[j];
+    s->n_ranked += n;
+    return true;
+}
+
+/* ---- cut and draw (both paths) ---- */
+
+/* The total of the first n ranked tokens with w >= min_p. */
+static double ranked_total(struct sampler *s, int n, float min_p)
+{
+    for (int j = 0; j < n; j++)
+        s->keys[j] = (uint32_t)s->rank[j];
+    uint64_t *sorted = sort_keys(s->keys, s->keys_tmp, n, 0, 4);
+    return sum_lanes_ids(s->w, sorted, n, min_p);
+}
+
+/* Shortest ranked prefix whose cumulative weight reaches target, a share of
+ * total (extending the ranking as needed when lazy). */
+static int top_p_cut(struct sampler *s, const float *x, double target, double total, bool lazy)
+{
+    double c = 0.0;
+    int j = 0;
+    for (;;) {
+        if (j == s->n_ranked && (!lazy || !extend(s, x, target, total, 0.0f))) break;
+        c += s->w[s->rank[j]];
+        j++;
+        if (c >= target) break;
+    }
+    return j;
+}
+
+/* Walks the first `limit` ranked tokens (ranking more as needed when lazy),
+ * skipping w < min_p, and returns the first whose cumulative exceeds target
+ * = u * total; if rounding leaves none, the last one with w > 0. */
+static int32_t draw(struct sampler *s, const float *x, int limit, bool lazy, double target,
+                    double total, float min_p)
+{
+    double c = 0.0;
+    int32_t last = -1;
+    for (int j = 0; j < limit; j++) {
+        if (j == s->n_ranked && (!lazy || !extend(s, x, target, total, min_p))) break;
+        int32_t id = s->rank[j];
+        float wv = s->w[id];
+        if (wv < min_p) continue;
+        if (wv > 0.0f) last = id;
+        c += wv;
+        if (c > target) return id;
+    }
+    return last;
+}
+
+/* Steps 4-8 of the pipeline. On return s->w holds the weights of (at least)
+ * every ranked token; *w_is_raw_exp says whether it holds exp(x_i - max x)
+ * for every id, which the logprob sum can then reuse. */
+static int32_t sample_token(struct sampler *s, const struct sampler_params *p, const struct call *c,
+                            double u, bool *w_is_raw_exp)
+{
+    const float *x = c->x;
+    int k = p->top_k;
+    /* A top_k at or above the number of candidates keeps them all; both
+     * paths compute that same definition, so this test is only for speed. */
+    bool lazy = k == 0 || k >= s->n_vocab;
+    double w_kept; /* total of the top-k set */
+    double w_min;  /* total of its members with w >= min_p (lazy path) */
+    int n_kept;    /* size of the top-k set */
+
+    if (lazy) {
+        weigh_all(s, c, &w_kept, &w_min);
+        n_kept = s->n_vocab - s->hist_n[BUCKET_NONE];
+        *w_is_raw_exp = c->inv_temp == 1.0f && s->n_ov == 0;
+    } else {
+        rank_top_k(s, x, k);
+        for (int j = 0; j < s->n_ranked; j++) {
+            int32_t id = s->rank[j];
+            s->w[id] = exp_neg((zval(s, x, id) - c->m) * c->inv_temp);
+        }
+        n_kept = s->n_ranked;
+        w_kept = ranked_total(s, n_kept, 0.0f);
+        w_min = c->min_p > 0.0f ? ranked_total(s, n_kept, c->min_p) : w_kept;
+        *w_is_raw_exp = false;
+    }
+
+    int limit = n_kept; /* the draw walks this much of the rank order */
+    double total = w_min;
+    if (p->top_p < 1.0f) {
+        limit = top_p_cut(s, x, (double)p->top_p * w_kept, w_kept, lazy);
+        if (limit < n_kept) total = ranked_total(s, limit, c->min_p);
+    }
+    return draw(s, x, limit, lazy, u * total, total, c->min_p);
+}
+
+/* ---- logprobs ---- */
+
+/* exp(x_i - m) of every finite raw logit, 0 for the others. */
+VOCAB_LOOP static void exp_loop(const float *restrict x, float *restrict w, int n, float m)
+{
+    for (int i = 0; i < n; i++) {
+        float v = x[i];
+        bool fin = is_finite(v);
+        w[i] = keep_or_zero(fin, exp_neg(keep_or_zero(fin, v - m)));
+    }
+}
+
+/* sum_i exp(x_i - m) over the finite raw logits: one running double sum in
+ * token id order, as the header promises for logprobs. The terms are staged
+ * in s->w so that the exp loop vectorizes; have_terms says s->w holds them
+ * already (the lazy path at T == 1 with nothing touched computed the very
+ * same values). */
+static double raw_exp_sum(struct sampler *s, const float *x, float m, bool have_terms)
+{
+    int V = s->n_vocab;
+    if (!have_terms) exp_loop(x, s->w, V, m);
+    const float *w = s->w;
+    double sum = 0.0;
+    for (int i = 0; i < V; i++)
+        sum += w[i];
+    return sum;
+}
+
+/* Natural log of x >= 1 from IEEE basic operations (and frexp, which is
+ * exact), like exp_neg, so logprobs carry the same bits on every machine
+ * whatever its libm.
+ * x = f 2^e with f in [sqrt(1/2), sqrt(2)); log f = 2 atanh(s), s = (f-1)/(f+1),
+ * |s| < 0.172, by its series to s^25 (truncation < 1e-20); ln2 split in a
+ * high part with trailing zeros (e * LN2_HI is exact) and a low part. */
+static double log_det(double x)
+{
+    int e;
+    double f = frexp(x, &e); /* exact: [0.5, 1) */
+    if (f < 0.70710678118654752440) {
+        f *= 2.0;
+        e--;
+    }
+    double sn = (f - 1.0) / (f + 1.0), s2 = sn * sn;
+    double p = 2.0 / 25.0;
+    for (int k = 11; k >= 0; k--)
+        p = p * s2 + 2.0 / (2 * k + 1);
+    const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
+    return (double)e * ln2_hi + ((double)e * ln2_lo + sn * p);
+}
+
+static float raw_logprob(float v, float m, double log_sum)
+{
+    return (float)(((double)v - (double)m) - log_sum);
+}
+
+/* ---- the call ---- */
+
+int sampler_sample(struct sampler *s, const struct sampler_params *p, const float *logits,
+                   const int32_t *prompt, int n_prompt, const int32_t *generated, int n_generated,
+                   int64_t position, struct sampler_result *out)
+{
+    if (!s || !logits || !out) return ERR_INVALID;
+    int rc = sampler_params_validate(p, s->n_vocab, NULL);
+    if (rc) return rc;
+    if (n_prompt < 0 || n_generated < 0 || position < 0) return ERR_INVALID;
+    if ((n_prompt > 0 && !prompt) || (n_generated > 0 && !generated)) return ERR_INVALID;
+
+    rc = build_overrides(s, p, logits, prompt, n_prompt, generated, n_generated);
+    if (rc) goto out_clear;
+
+    /* Sampling with nothing touched and no logprobs needs only the max; every
+     * other case wants the best raw tokens. */
+    struct top_raw top;
+    top.cap = p->n_logprobs > 0 ? p->n_logprobs : 1;
+    top.n = 0;
+    float m;
+    int32_t best = -1;
+    if (p->temperature > 0.0f && s->n_ov == 0 && !p->logprobs) {
+        m = raw_max(logits, s->n_vocab);
+    } else {
+        raw_scan(logits, s->n_vocab, &top);
+        best = best_processed(s, logits, &top);
+        m = best >= 0 ? zval(s, logits, best) : -INFINITY;
+    }
+    if (m == -INFINITY) { /* no finite logit: nothing can be sampled */
+        rc = ERR_INVALID;
+        goto out_clear;
+    }
+
+    struct sampler_result res;
+    memset(&res, 0, sizeof(res));
+    bool w_is_raw_exp = false;
+    if (p->temperature == 0.0f) {
+        res.token = best;
+    } else {
+        struct call c = {
+            .x = logits,
+            .m = m,
+            .inv_temp = clampf(1.0f / p->temperature), /* +inf would make 0 * inf */
+            .min_p = p->min_p,
+        };
+        double u = sampler_uniform(p->seed, position);
+        res.token = sample_token(s, p, &c, u, &w_is_raw_exp);
+    }
+    CHECK(res.token >= 0);
+
+    if (p->logprobs) {
+        float m_raw = top.z[0];
+        double log_sum = log_det(raw_exp_sum(s, logits, m_raw, w_is_raw_exp));
+        res.logprob = raw_logprob(logits[res.token], m_raw, log_sum);
+        res.n_top = MIN(p->n_logprobs, top.n);
+        for (int i = 0; i < res.n_top; i++) {
+            res.top[i].token = top.id[i];
+            res.top[i].logprob = raw_logprob(top.z[i], m_raw, log_sum);
+        }
+    }
+    *out = res;
+    rc = 0;
+
+out_clear:
+    ov_clear(s);
+    return rc;
+}

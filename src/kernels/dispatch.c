@@ -1,0 +1,199 @@
+/*
+ * dispatch.c - picks one ISA level at start-up and routes every dispatched
+ * kernel through its operation table; owns the thread-local scratch.
+ *
+ *   kern_init --CPUID--> highest level --INFERD_ISA (may only lower it)--> cur
+ *   kern_matmul(...) -> cur->matmul(...)
+ *
+ * Levels: scalar (kernels_ref.c), avx2 (needs AVX2 + FMA + F16C), avx512
+ * (needs AVX-512 F/BW/VL/DQ + VNNI + BF16). A CPU with AVX-512 F but without
+ * VNNI or BF16 runs the avx2 level. __builtin_cpu_supports also checks that
+ * the OS saves the wide register state (XGETBV), so a level we pick runs.
+ *
+ * Thread safety: kern_init runs once (pthread_once); the current table is an
+ * atomic pointer, so kern_set_isa from a test is seen by later calls. Entry
+ * points initialise lazily, so calling a kernel before kern_init is safe.
+ */
+#include "kernels/kernels.h"
+
+#include "base/check.h"
+#include "base/log.h"
+#include "kernels/kernels_impl.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const char *const isa_names[KERN_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+
+static const struct kern__ops *const isa_ops[KERN_ISA_COUNT] = {
+    &kern__ops_scalar,
+    &kern__ops_avx2,
+    &kern__ops_avx512,
+};
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static enum kern_isa isa_max = KERN_ISA_SCALAR; /* set once by detect() */
+static int isa_cur = -1;                        /* atomic; -1 before init */
+
+static enum kern_isa cpu_level(void)
+{
+    __builtin_cpu_init();
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+          __builtin_cpu_supports("f16c")))
+        return KERN_ISA_SCALAR;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16"))
+        return KERN_ISA_AVX512;
+    return KERN_ISA_AVX2;
+}
+
+static void detect(void)
+{
+    isa_max = cpu_level();
+    enum kern_isa pick = isa_max;
+    const char *env = getenv("INFERD_ISA");
+    if (env && *env) {
+        int want = -1;
+        for (int i = 0; i < KERN_ISA_COUNT; i++)
+            if (strcasecmp(env, isa_names[i]) == 0) want = i;
+        if (want < 0)
+            log_warn("INFERD_ISA='%s' is not one of scalar, avx2, avx512: using %s", env,
+                     isa_names[isa_max]);
+        else if (want > (int)isa_max)
+            log_warn("INFERD_ISA='%s': this CPU supports at most %s", env, isa_names[isa_max]);
+        else
+            pick = (enum kern_isa)want;
+    }
+    __atomic_store_n(&isa_cur, (int)pick, __ATOMIC_RELEASE);
+}
+
+void kern_init(void)
+{
+    pthread_once(&init_once, detect);
+}
+
+static const struct kern__ops *ops(void)
+{
+    int i = __atomic_load_n(&isa_cur, __ATOMIC_ACQUIRE);
+    if (__builtin_expect(i < 0, 0)) {
+        kern_init();
+        i = __atomic_load_n(&isa_cur, __ATOMIC_ACQUIRE);
+    }
+    return isa_ops[i];
+}
+
+enum kern_isa kern_isa(void)
+{
+    kern_init();
+    return (enum kern_isa)__atomic_load_n(&isa_cur, __ATOMIC_ACQUIRE);
+}
+
+enum kern_isa kern_isa_max(void)
+{
+    kern_init();
+    return isa_max;
+}
+
+const char *kern_isa_name(enum kern_isa isa)
+{
+    return (unsigned)isa < KERN_ISA_COUNT ? isa_names[isa] : "unknown";
+}
+
+int kern_set_isa(enum kern_isa isa)
+{
+    kern_init();
+    if ((unsigned)isa >= KERN_ISA_COUNT || isa > isa_max) return -ENOTSUP;
+    __atomic_store_n(&isa_cur, (int)isa, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* ---- dispatched entry points ---- */
+
+void kern_matmul(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0, int r1,
+                 const void *xq, size_t x_row_bytes, int n_tok, float *y, int ldy)
+{
+    kern__matmul_check(wt, k, r0, r1, n_tok);
+    if (r0 == r1 || n_tok == 0) return;
+    ops()->matmul(wt, W, w_row_bytes, k, r0, r1, xq, x_row_bytes, n_tok, y, ldy);
+}
+
+void kern_kv_dot(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q, int d,
+                 float *out)
+{
+    CHECK(kv == DTYPE_F32 || kv == DTYPE_F16 || kv == DTYPE_BF16);
+    CHECK(n_rows >= 0 && d >= 0);
+    if (n_rows == 0) return;
+    ops()->kv_dot(kv, k, stride, n_rows, q, d, out);
+}
+
+void kern_kv_accum(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w, int d,
+                   float *out)
+{
+    CHECK(kv == DTYPE_F32 || kv == DTYPE_F16 || kv == DTYPE_BF16);
+    CHECK(n_rows >= 0 && d >= 0);
+    if (n_rows == 0 || d == 0) return;
+    ops()->kv_accum(kv, v, stride, n_rows, w, d, out);
+}
+
+void kern_kv_store(enum dtype kv, const float *x, void *y, int n)
+{
+    CHECK(kv == DTYPE_F32 || kv == DTYPE_F16 || kv == DTYPE_BF16);
+    CHECK(n >= 0);
+    ops()->kv_store(kv, x, y, n);
+}
+
+float kern_dot_f32(const float *a, const float *b, int n)
+{
+    CHECK(n >= 0);
+    return ops()->dot_f32(a, b, n);
+}
+
+float kern_sum_sq_f32(const float *x, int n)
+{
+    CHECK(n >= 0);
+    return ops()->sum_sq_f32(x, n);
+}
+
+/* ---- thread-local scratch ---- */
+
+struct scratch {
+    void *buf[KERN__SLOT_COUNT];  /* 64-byte aligned, or NULL */
+    size_t cap[KERN__SLOT_COUNT]; /* bytes usable at buf[i] */
+};
+
+static __thread struct scratch tls_scratch;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *p)
+{
+    struct scratch *s = p;
+    for (int i = 0; i < KERN__SLOT_COUNT; i++) {
+        free(s->buf[i]);
+        s->buf[i] = NULL;
+        s->cap[i] = 0;
+    }
+}
+
+static void scratch_key_init(void)
+{
+    CHECK(pthread_key_create(&scratch_key, scratch_free) == 0);
+}
+
+void *kern__scratch(enum kern__slot slot, size_t bytes)
+{
+    struct scratch *s = &tls_scratch;
+    if (__builtin_expect(bytes <= s->cap[slot], 1)) return s->buf[slot];
+    pthread_once(&scratch_once, scratch_key_init);
+    pthread_setspecific(scratch_key, s);
+    free(s->buf[slot]);
+    /* headroom so a slowly growing batch does not reallocate every call */
+    size_t cap = (bytes + bytes / 4 + 4095) & ~(size_t)4095;
+    s->buf[slot] = xaligned_alloc(cap);
+    s->cap[slot] = cap;
+    return s->buf[slot];
+}

@@ -1,0 +1,86 @@
+/*
+ * kernels.h - numeric kernels: weight formats, dot products, matmul, and the
+ * few vector ops attention needs. One scalar reference implementation
+ * (kernels_ref.c) defines every result; AVX2 and AVX-512 files override the
+ * hot ones, chosen once at start-up from CPUID (kern_init). INFERD_ISA=scalar|
+ * avx2|avx512 in the environment forces a level (never above what the CPU has).
+ *
+ * Block layouts are bit-compatible with GGUF (see quants.h).
+ *
+ * Activations: a matmul with weights of type wt first converts each input row
+ * to kern_act_type(wt) (q8_0 for q8_0/q4_0, q8_K for q4_K/q6_K, f32 for
+ * f32/f16, bf16 for bf16) with kern_quantize_act. This is per token and
+ * deterministic.
+ *
+ * INVARIANCE CONTRACT (the engine's bit-exactness rests on it): for a given
+ * ISA level, every output element y[t][r] of kern_matmul is a fixed function
+ * of weight row r and activation row t alone: bitwise identical whatever
+ * n_tok, the row range [r0, r1), the position of t in the batch, and whatever
+ * tiling the kernel uses inside. Tiled micro-kernels must therefore accumulate
+ * each element in exactly the same order and with the same instructions as
+ * the single-row path. The same holds for kern_kv_dot and kern_kv_accum per
+ * output element.
+ *
+ * Results differ between ISA levels only by reduction order (tests bound it).
+ * Thread safety: all functions are pure over their arguments.
+ */
+#ifndef INFERD_KERNELS_H
+#define INFERD_KERNELS_H
+
+#include "base/dtype.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum kern_isa { KERN_ISA_SCALAR, KERN_ISA_AVX2, KERN_ISA_AVX512, KERN_ISA_COUNT };
+
+/* Detects the CPU and selects the level; idempotent, thread safe after the
+ * first call returns (call it at start-up). */
+void kern_init(void);
+enum kern_isa kern_isa(void);
+const char *kern_isa_name(enum kern_isa isa);
+/* Highest level this CPU supports. */
+enum kern_isa kern_isa_max(void);
+/* Forces a level (tests, benchmarks); returns 0 or -ENOTSUP if the CPU lacks it. */
+int kern_set_isa(enum kern_isa isa);
+
+/* ---- scalar conversions (exact IEEE; SIMD conversions give the same bits) ---- */
+float kern_f16_to_f32(uint16_t h);
+uint16_t kern_f32_to_f16(float f); /* round to nearest even */
+float kern_bf16_to_f32(uint16_t h);
+uint16_t kern_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
+
+/* ---- weight formats ---- */
+/* Reference quantization of one row of n floats into type t (any weight
+ * type, incl. f32/f16/bf16). n must be a multiple of the block size. Used by
+ * the model maker; matches the GGUF reference quantizers' block layout. */
+void kern_quantize_row(enum dtype t, const float *x, void *y, int64_t n);
+void kern_dequantize_row(enum dtype t, const void *x, float *y, int64_t n);
+
+/* ---- matmul ---- */
+enum dtype kern_act_type(enum dtype wt);
+size_t kern_act_row_size(enum dtype wt, int k);
+void kern_quantize_act(enum dtype wt, const float *x, void *xq, int k);
+
+/* y[t * ldy + r] = dot(W row r, activation row t) for r in [r0, r1),
+ * t in [0, n_tok). W row r starts at (const char *)W + r * w_row_bytes;
+ * activation row t at (const char *)xq + t * x_row_bytes. k is the row
+ * length (multiple of the weight block size). See the invariance contract. */
+void kern_matmul(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0, int r1,
+                 const void *xq, size_t x_row_bytes, int n_tok, float *y, int ldy);
+
+/* ---- attention over a KV cache row block (kv: f32, f16 or bf16) ---- */
+/* out[j] = dot(K row j, q) for j in [0, n_rows); K row j at (char *)k + j * stride. */
+void kern_kv_dot(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q, int d,
+                 float *out);
+/* out[i] += w[j] * V[j][i] for j = 0, 1, ..., n_rows - 1 in that order. */
+void kern_kv_accum(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w, int d,
+                   float *out);
+/* Stores n floats into the KV format. */
+void kern_kv_store(enum dtype kv, const float *x, void *y, int n);
+
+/* ---- small fixed-order reductions ---- */
+float kern_dot_f32(const float *a, const float *b, int n);
+float kern_sum_sq_f32(const float *x, int n);
+
+#endif

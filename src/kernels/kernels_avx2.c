@@ -1,0 +1,658 @@
+/*
+ * kernels_avx2.c - the AVX2 level (AVX2 + FMA + F16C), for x86 CPUs
+ * without AVX-512 VNNI/BF16.
+ *
+ * Same canonical arithmetic as the scalar reference (kernels_impl.h), so
+ * this level's results equal the reference bit for bit. Without VNNI the
+ * integer dot products use vpmaddubsw (unsigned x signed bytes into int16
+ * pairs) and vpmaddwd; the int16 pairs never saturate because
+ *   q8_0:  |w| <= 128 (sign moved onto x with vpsignb), |x| <= 127
+ *          -> |pair| <= 2 * 128 * 127 = 32512
+ *   q4_0, q4_K: q <= 15 -> |pair| <= 3810;  q6_K: q <= 63 -> |pair| <= 16002
+ * (activation quants stay in [-127, 127], kernels_ref.c).
+ *
+ * Layout: lanes along k. For the quantized types a 4-row x 2-token tile
+ * computes 8 (row, token) partial vectors per block, folds them with one
+ * transposing vphaddd tree into 8 exact integers (one lane each), and runs
+ * the 8 canonical float chains side by side in one ymm. Float weights use
+ * the canonical 16 lanes as two ymm (lanes 0..7 and 8..15) per element, with
+ * a 2-row x 2-token tile; ragged tails go through zero-padded stack copies,
+ * which is exactly the reference's zero padding.
+ *
+ * Thread safety: pure; per-thread scratch from kern__scratch.
+ */
+#include "base/check.h"
+#include "kernels/kernels_impl.h"
+#include "kernels/quants.h"
+
+#include <immintrin.h>
+
+#define AI static inline __attribute__((always_inline))
+
+/* ---- helpers ---- */
+
+/* The canonical 16-lane reduction over lanes lo (0..7) and hi (8..15). */
+AI float hsum16(__m256 lo, __m256 hi)
+{
+    __m256 a = _mm256_add_ps(lo, hi);
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
+}
+
+/* p[l] (8 int32 partials each) -> lane l = sum of p[l]. */
+AI __m256i tree8(const __m256i p[8])
+{
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+AI __m256i load256(const void *p)
+{
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+/* 16 bytes of nibbles -> 32 bytes: low nibbles then high nibbles. */
+AI __m256i nibbles32(const void *p)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    __m256i both = _mm256_set_m128i(_mm_srli_epi16(v, 4), v);
+    return _mm256_and_si256(both, _mm256_set1_epi8(15));
+}
+
+/* 8 f32 values from 8 elements of a weight row of type wt. */
+AI __m256 ld8(int wt, const char *p)
+{
+    if (wt == DTYPE_F32) return _mm256_loadu_ps((const float *)p);
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (wt == DTYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static size_t elem_size(int t)
+{
+    return t == DTYPE_F32 ? 4 : 2;
+}
+
+/* Elements [e, e + n) of a row (n < 16), as 16 floats padded with zeros. */
+static void tail16(int t, const char *row, int e, int n, float out[16])
+{
+    for (int i = 0; i < 16; i++) {
+        if (i >= n) {
+            out[i] = 0.0f;
+            continue;
+        }
+        const char *p = row + elem_size(t) * (size_t)(e + i);
+        if (t == DTYPE_F32)
+            out[i] = kern__ldf(p);
+        else if (t == DTYPE_F16)
+            out[i] = kern__f16_to_f32(kern__ld16(p));
+        else
+            out[i] = kern__bf16_to_f32(kern__ld16(p));
+    }
+}
+
+/* ================= float weights ================= */
+
+struct mmf {
+    const char *W; /* weight rows */
+    size_t wrb;    /* bytes per weight row */
+    int k;         /* elements per row */
+    int r1;        /* one past the last valid row */
+    int xt;        /* activation element type: f32, or bf16 for bf16 weights */
+    const char *X; /* activation rows */
+    size_t xrb;    /* bytes per activation row */
+    float *y;      /* output, y[t * ldy + r] */
+    int ldy;       /* floats per output token row */
+};
+
+/* R rows x T tokens (R * T <= 4), canonical 16 lanes as two ymm each.
+ * Rows or tokens past the end are clamped and not stored. */
+AI void mmf_tile(const struct mmf *a, int r, int t, int n_tok, const int wt, const int R,
+                 const int T)
+{
+    const char *w[4], *x[4];
+    for (int i = 0; i < R; i++) {
+        int rr = r + i < a->r1 ? r + i : a->r1 - 1;
+        w[i] = a->W + (size_t)rr * a->wrb;
+    }
+    for (int j = 0; j < T; j++) {
+        int tt = t + j < n_tok ? t + j : n_tok - 1;
+        x[j] = a->X + (size_t)tt * a->xrb;
+    }
+    __m256 lo[4][2], hi[4][2];
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < T; j++)
+            lo[i][j] = hi[i][j] = _mm256_setzero_ps();
+    const size_t ws = elem_size(wt), xs = elem_size(a->xt);
+    const int k = a->k;
+    int e = 0;
+    for (; e + 16 <= k; e += 16) {
+        __m256 wl[4], wh[4];
+        for (int i = 0; i < R; i++) {
+            wl[i] = ld8(wt, w[i] + ws * e);
+            wh[i] = ld8(wt, w[i] + ws * (e + 8));
+        }
+        for (int j = 0; j < T; j++) {
+            __m256 xl = ld8(a->xt, x[j] + xs * e), xh = ld8(a->xt, x[j] + xs * (e + 8));
+            for (int i = 0; i < R; i++) {
+                lo[i][j] = _mm256_fmadd_ps(wl[i], xl, lo[i][j]);
+                hi[i][j] = _mm256_fmadd_ps(wh[i], xh, hi[i][j]);
+            }
+        }
+    }
+    if (e < k) {
+        float wt16[4][16], xt16[4][16];
+        for (int i = 0; i < R; i++)
+            tail16(wt, w[i], e, k - e, wt16[i]);
+        for (int j = 0; j < T; j++)
+            tail16(a->xt, x[j], e, k - e, xt16[j]);
+        for (int i = 0; i < R; i++)
+            for (int j = 0; j < T; j++) {
+                lo[i][j] =
+                    _mm256_fmadd_ps(_mm256_loadu_ps(wt16[i]), _mm256_loadu_ps(xt16[j]), lo[i][j]);
+                hi[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(wt16[i] + 8),
+                                           _mm256_loadu_ps(xt16[j] + 8), hi[i][j]);
+            }
+    }
+    for (int i = 0; i < R && r + i < a->r1; i++)
+        for (int j = 0; j < T && t + j < n_tok; j++)
+            a->y[(size_t)(t + j) * a->ldy + r + i] = hsum16(lo[i][j], hi[i][j]);
+}
+
+typedef void (*mmf_fn)(const struct mmf *a, int r, int t, int n);
+
+#define DEF_MMF(name, wt, R, T)                                                                    \
+    static __attribute__((noinline)) void name(const struct mmf *a, int r, int t, int n)           \
+    {                                                                                              \
+        mmf_tile(a, r, t, n, wt, R, T);                                                            \
+    }
+DEF_MMF(mmf_f32_41, DTYPE_F32, 4, 1)
+DEF_MMF(mmf_f32_22, DTYPE_F32, 2, 2)
+DEF_MMF(mmf_f16_41, DTYPE_F16, 4, 1)
+DEF_MMF(mmf_f16_22, DTYPE_F16, 2, 2)
+DEF_MMF(mmf_bf16_41, DTYPE_BF16, 4, 1)
+DEF_MMF(mmf_bf16_22, DTYPE_BF16, 2, 2)
+
+static void matmul_float(enum dtype wt, const void *W, size_t wrb, int k, int r0, int r1,
+                         const void *xq, size_t xrb, int n_tok, float *y, int ldy)
+{
+    struct mmf a = {W, wrb, k, r1, wt == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32, xq, xrb, y, ldy};
+    /* one token: 4 rows a tile; more: 2 rows x 2 tokens */
+    const int one = n_tok == 1;
+    const mmf_fn fn = wt == DTYPE_F32   ? (one ? mmf_f32_41 : mmf_f32_22)
+                      : wt == DTYPE_F16 ? (one ? mmf_f16_41 : mmf_f16_22)
+                                        : (one ? mmf_bf16_41 : mmf_bf16_22);
+    const int R = one ? 4 : 2, T = one ? 1 : 2;
+    /* token blocks of 32 keep the activations of a block in L2 */
+    for (int tb = 0; tb < n_tok; tb += 32) {
+        int n = tb + 32 < n_tok ? tb + 32 : n_tok;
+        for (int r = r0; r < r1; r += R)
+            for (int t = tb; t < n; t += T)
+                fn(&a, r, t, n);
+    }
+}
+
+/* ================= quantized weights ================= */
+
+/* Activation side data for q8_0 activations: scale and -offset * sum(q). */
+struct xq8 {
+    float d;      /* activation scale */
+    int32_t bias; /* -offset * sum of the block's quants */
+};
+
+struct mmq {
+    const char *W;        /* weight rows */
+    size_t wrb;           /* bytes per weight row */
+    int nb;               /* blocks per row */
+    int r1;               /* one past the last valid row */
+    const char *X;        /* activation rows */
+    size_t xrb;           /* bytes per activation row */
+    const struct xq8 *pr; /* (n_tok, nb) q8_0 side data, or NULL */
+    float *y;             /* output */
+    int ldy;              /* floats per output token row */
+};
+
+/* A tile is QR rows x (8 / QR) tokens, QR = 8 (one token) or 4 (two); lane
+ * l of the result vector is row l % QR, token l / QR. */
+static inline float f16s(const void *p)
+{
+    return _cvtsh_ss(kern__ld16(p)); /* vcvtph2ps: the same bits as kern__f16_to_f32 */
+}
+
+/* dw of the QR rows, repeated for each token. */
+AI __m256 spread_rows(const float *dw, const int QR)
+{
+    if (QR == 8) return _mm256_loadu_ps(dw);
+    __m128 v = _mm_loadu_ps(dw);
+    return _mm256_set_m128(v, v);
+}
+
+/* one value per token, repeated over the QR rows */
+AI __m256 spread_toks(const float *v, const int QR)
+{
+    if (QR == 8) return _mm256_set1_ps(v[0]);
+    return _mm256_set_m128(_mm_set1_ps(v[1]), _mm_set1_ps(v[0]));
+}
+
+AI __m256i spread_toks_i(const int32_t *v, const int QR)
+{
+    if (QR == 8) return _mm256_set1_epi32(v[0]);
+    return _mm256_set_m128i(_mm_set1_epi32(v[1]), _mm_set1_epi32(v[0]));
+}
+
+AI void tile_ptrs(const struct mmq *a, int r, int t, int n_tok, const int QR, const char **w,
+                  const char **x, int *tt)
+{
+    for (int i = 0; i < QR; i++) {
+        int rr = r + i < a->r1 ? r + i : a->r1 - 1;
+        w[i] = a->W + (size_t)rr * a->wrb;
+    }
+    for (int j = 0; j < 8 / QR; j++) {
+        tt[j] = t + j < n_tok ? t + j : n_tok - 1;
+        x[j] = a->X + (size_t)tt[j] * a->xrb;
+    }
+}
+
+/* Stores the lanes of acc (rows and tokens past the end skipped). */
+AI void tile_store(const struct mmq *a, int r, int t, int n_tok, __m256 acc, const int QR)
+{
+    float v[8];
+    _mm256_storeu_ps(v, acc);
+    for (int j = 0; j < 8 / QR && t + j < n_tok; j++)
+        for (int i = 0; i < QR && r + i < a->r1; i++)
+            a->y[(size_t)(t + j) * a->ldy + r + i] = v[QR * j + i];
+}
+
+AI void tile_q8_0(const struct mmq *a, int r, int t, int n_tok, const int QR)
+{
+    const int QT = 8 / QR;
+    const char *w[8], *x[2];
+    int tt[2];
+    tile_ptrs(a, r, t, n_tok, QR, w, x, tt);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < a->nb; b++) {
+        const size_t off = (size_t)b * sizeof(struct block_q8_0);
+        __m256i p[8], xv[2];
+        float dw[8], dx[2];
+        for (int j = 0; j < QT; j++) {
+            xv[j] = load256(x[j] + off + 2);
+            dx[j] = f16s(x[j] + off);
+        }
+        for (int i = 0; i < QR; i++) {
+            __m256i wv = load256(w[i] + off + 2), aw = _mm256_abs_epi8(wv);
+            dw[i] = f16s(w[i] + off);
+            for (int j = 0; j < QT; j++)
+                p[QR * j + i] =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv[j], wv)), ones);
+        }
+        __m256 s = _mm256_mul_ps(spread_rows(dw, QR), spread_toks(dx, QR));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tree8(p)), s, acc);
+    }
+    tile_store(a, r, t, n_tok, acc, QR);
+}
+
+AI void tile_q4_0(const struct mmq *a, int r, int t, int n_tok, const int QR)
+{
+    const int QT = 8 / QR;
+    const char *w[8], *x[2];
+    int tt[2];
+    tile_ptrs(a, r, t, n_tok, QR, w, x, tt);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < a->nb; b++) {
+        const size_t wo = (size_t)b * sizeof(struct block_q4_0);
+        const size_t xo = (size_t)b * sizeof(struct block_q8_0);
+        __m256i p[8], xv[2];
+        float dw[8], dx[2];
+        int32_t bias[2];
+        for (int j = 0; j < QT; j++) {
+            const struct xq8 *px = a->pr + (size_t)tt[j] * a->nb + b;
+            xv[j] = load256(x[j] + xo + 2);
+            dx[j] = px->d;
+            bias[j] = px->bias;
+        }
+        for (int i = 0; i < QR; i++) {
+            __m256i q = nibbles32(w[i] + wo + 2);
+            dw[i] = f16s(w[i] + wo);
+            for (int j = 0; j < QT; j++)
+                p[QR * j + i] = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv[j]), ones);
+        }
+        __m256i isum = _mm256_add_epi32(tree8(p), spread_toks_i(bias, QR));
+        __m256 s = _mm256_mul_ps(spread_rows(dw, QR), spread_toks(dx, QR));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), s, acc);
+    }
+    tile_store(a, r, t, n_tok, acc, QR);
+}
+
+AI void tile_q4_K(const struct mmq *a, int r, int t, int n_tok, const int QR)
+{
+    const int QT = 8 / QR;
+    const char *w[8], *x[2];
+    int tt[2];
+    tile_ptrs(a, r, t, n_tok, QR, w, x, tt);
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < a->nb; b++) {
+        __m256i pa[8], pb[8];
+        float dw[8], dm[8], dx[2];
+        const struct block_q8_K *xb[2];
+        for (int j = 0; j < QT; j++) {
+            xb[j] = (const struct block_q8_K *)x[j] + b;
+            dx[j] = xb[j]->d;
+        }
+        for (int i = 0; i < QR; i++) {
+            const struct block_q4_K *wb = (const struct block_q4_K *)w[i] + b;
+            const uint64_t sc8 = q4k_scales8(wb->scales), m8 = q4k_mins8(wb->scales);
+            const __m128i mv = _mm_cvtsi64_si128((long long)m8);
+            /* (m0, m0, m1, m1, ..) as int16, against the 16 block sums */
+            const __m256i mmv = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv));
+            dw[i] = f16s(&wb->d);
+            dm[i] = f16s(&wb->dmin);
+            __m256i q[8];
+            for (int c = 0; c < 4; c++) {
+                __m256i v = load256(wb->qs + 32 * c);
+                q[2 * c] = _mm256_and_si256(v, m4);
+                q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            }
+            for (int j = 0; j < QT; j++) {
+                __m256i sacc = _mm256_setzero_si256();
+                for (int sb = 0; sb < 8; sb++) {
+                    __m256i pr = _mm256_maddubs_epi16(q[sb], load256(xb[j]->qs + 32 * sb));
+                    __m256i scv = _mm256_set1_epi16((short)((sc8 >> (8 * sb)) & 0xff));
+                    sacc = _mm256_add_epi32(sacc, _mm256_madd_epi16(pr, scv));
+                }
+                pa[QR * j + i] = sacc;
+                pb[QR * j + i] = _mm256_madd_epi16(mmv, load256(xb[j]->bsums));
+            }
+        }
+        __m256 dxv = spread_toks(dx, QR);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tree8(pa)),
+                              _mm256_mul_ps(spread_rows(dw, QR), dxv), acc);
+        acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(tree8(pb)),
+                               _mm256_mul_ps(spread_rows(dm, QR), dxv), acc);
+    }
+    tile_store(a, r, t, n_tok, acc, QR);
+}
+
+AI void tile_q6_K(const struct mmq *a, int r, int t, int n_tok, const int QR)
+{
+    const int QT = 8 / QR;
+    const char *w[8], *x[2];
+    int tt[2];
+    tile_ptrs(a, r, t, n_tok, QR, w, x, tt);
+    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < a->nb; b++) {
+        __m256i pa[8];
+        float dw[8], dx[2];
+        const struct block_q8_K *xb[2];
+        for (int j = 0; j < QT; j++) {
+            xb[j] = (const struct block_q8_K *)x[j] + b;
+            dx[j] = xb[j]->d;
+        }
+        for (int i = 0; i < QR; i++) {
+            const struct block_q6_K *wb = (const struct block_q6_K *)w[i] + b;
+            dw[i] = f16s(&wb->d);
+            __m256i q[8], scp[8];
+            for (int h = 0; h < 2; h++) {
+                __m256i l0 = load256(wb->ql + 64 * h), l1 = load256(wb->ql + 64 * h + 32);
+                __m256i hb = load256(wb->qh + 32 * h);
+                q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                               _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+                q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                               _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+                q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                               _mm256_and_si256(hb, m30));
+                q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                               _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+            }
+            /* 32 quants of part p cover sub-blocks 2p and 2p + 1 */
+            for (int pp = 0; pp < 8; pp++)
+                scp[pp] = _mm256_set_m128i(_mm_set1_epi16(wb->scales[2 * pp + 1]),
+                                           _mm_set1_epi16(wb->scales[2 * pp]));
+            /* -32 * scale: the quants' -32 offset, through the block sums */
+            __m256i nsc = _mm256_mullo_epi16(
+                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales)),
+                _mm256_set1_epi16(-32));
+            for (int j = 0; j < QT; j++) {
+                __m256i sacc = _mm256_madd_epi16(nsc, load256(xb[j]->bsums));
+                for (int pp = 0; pp < 8; pp++) {
+                    __m256i pr = _mm256_maddubs_epi16(q[pp], load256(xb[j]->qs + 32 * pp));
+                    sacc = _mm256_add_epi32(sacc, _mm256_madd_epi16(pr, scp[pp]));
+                }
+                pa[QR * j + i] = sacc;
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tree8(pa)),
+                              _mm256_mul_ps(spread_rows(dw, QR), spread_toks(dx, QR)), acc);
+    }
+    tile_store(a, r, t, n_tok, acc, QR);
+}
+
+typedef void (*mmq_fn)(const struct mmq *a, int r, int t, int n_tok);
+
+#define DEF_MMQ(name, fn, QR)                                                                      \
+    static __attribute__((noinline)) void name(const struct mmq *a, int r, int t, int n)           \
+    {                                                                                              \
+        fn(a, r, t, n, QR);                                                                        \
+    }
+DEF_MMQ(mmq_q8_0_8, tile_q8_0, 8)
+DEF_MMQ(mmq_q8_0_4, tile_q8_0, 4)
+DEF_MMQ(mmq_q4_0_8, tile_q4_0, 8)
+DEF_MMQ(mmq_q4_0_4, tile_q4_0, 4)
+DEF_MMQ(mmq_q4_K_8, tile_q4_K, 8)
+DEF_MMQ(mmq_q4_K_4, tile_q4_K, 4)
+DEF_MMQ(mmq_q6_K_8, tile_q6_K, 8)
+DEF_MMQ(mmq_q6_K_4, tile_q6_K, 4)
+
+static void prep_q8_0(const char *xq, size_t xrb, int n_tok, int nb, int offset, struct xq8 *pr)
+{
+    for (int t = 0; t < n_tok; t++) {
+        const struct block_q8_0 *x = (const struct block_q8_0 *)(xq + (size_t)t * xrb);
+        for (int b = 0; b < nb; b++) {
+            int s = 0;
+            for (int i = 0; i < QK8_0; i++)
+                s += x[b].qs[i];
+            pr[(size_t)t * nb + b].d = f16s(&x[b].d);
+            pr[(size_t)t * nb + b].bias = -offset * s;
+        }
+    }
+}
+
+static void matmul_avx2(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0, int r1,
+                        const void *xq, size_t x_row_bytes, int n_tok, float *y, int ldy)
+{
+    /* one token: 8 rows a tile; more: 4 rows x 2 tokens */
+    const int one = n_tok == 1;
+    mmq_fn tile;
+    int blck;
+    switch (wt) {
+    case DTYPE_F32:
+    case DTYPE_F16:
+    case DTYPE_BF16:
+        matmul_float(wt, W, w_row_bytes, k, r0, r1, xq, x_row_bytes, n_tok, y, ldy);
+        return;
+    case DTYPE_Q8_0:
+        tile = one ? mmq_q8_0_8 : mmq_q8_0_4;
+        blck = QK8_0;
+        break;
+    case DTYPE_Q4_0:
+        tile = one ? mmq_q4_0_8 : mmq_q4_0_4;
+        blck = QK4_0;
+        break;
+    case DTYPE_Q4_K:
+        tile = one ? mmq_q4_K_8 : mmq_q4_K_4;
+        blck = QK_K;
+        break;
+    case DTYPE_Q6_K:
+        tile = one ? mmq_q6_K_8 : mmq_q6_K_4;
+        blck = QK_K;
+        break;
+    default:
+        CHECK(!"kern_matmul: unsupported weight type");
+        return;
+    }
+    struct mmq a = {W, w_row_bytes, k / blck, r1, xq, x_row_bytes, NULL, y, ldy};
+    if (wt == DTYPE_Q4_0) {
+        struct xq8 *pr = kern__scratch(KERN__SLOT_PREP, (size_t)n_tok * a.nb * sizeof(*pr));
+        prep_q8_0(xq, x_row_bytes, n_tok, a.nb, 8, pr);
+        a.pr = pr;
+    }
+    const int QR = one ? 8 : 4, QT = one ? 1 : 2;
+    for (int tb = 0; tb < n_tok; tb += 32) {
+        int n = tb + 32 < n_tok ? tb + 32 : n_tok;
+        for (int r = r0; r < r1; r += QR)
+            for (int t = tb; t < n; t += QT)
+                tile(&a, r, t, n);
+    }
+}
+
+/* ================= KV cache and reductions ================= */
+
+AI void kv_dot_t(const int kv, const char *k, size_t stride, int n_rows, const float *q, int d,
+                 float *out)
+{
+    const size_t es = elem_size(kv);
+    for (int j = 0; j < n_rows; j++) {
+        const char *row = k + (size_t)j * stride;
+        __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+        int e = 0;
+        for (; e + 16 <= d; e += 16) {
+            lo = _mm256_fmadd_ps(ld8(kv, row + es * e), _mm256_loadu_ps(q + e), lo);
+            hi = _mm256_fmadd_ps(ld8(kv, row + es * (e + 8)), _mm256_loadu_ps(q + e + 8), hi);
+        }
+        if (e < d) {
+            float kt[16], qt[16];
+            tail16(kv, row, e, d - e, kt);
+            tail16(DTYPE_F32, (const char *)q, e, d - e, qt);
+            lo = _mm256_fmadd_ps(_mm256_loadu_ps(kt), _mm256_loadu_ps(qt), lo);
+            hi = _mm256_fmadd_ps(_mm256_loadu_ps(kt + 8), _mm256_loadu_ps(qt + 8), hi);
+        }
+        out[j] = hsum16(lo, hi);
+    }
+}
+
+static void kv_dot_avx2(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q,
+                        int d, float *out)
+{
+    if (kv == DTYPE_F32)
+        kv_dot_t(DTYPE_F32, k, stride, n_rows, q, d, out);
+    else if (kv == DTYPE_F16)
+        kv_dot_t(DTYPE_F16, k, stride, n_rows, q, d, out);
+    else
+        kv_dot_t(DTYPE_BF16, k, stride, n_rows, q, d, out);
+}
+
+AI void kv_accum_t(const int kv, const char *v, size_t stride, int n_rows, const float *w, int d,
+                   float *out)
+{
+    const size_t es = elem_size(kv);
+    int e = 0;
+    for (; e + 32 <= d; e += 32) {
+        __m256 o[4];
+        for (int c = 0; c < 4; c++)
+            o[c] = _mm256_loadu_ps(out + e + 8 * c);
+        for (int j = 0; j < n_rows; j++) {
+            __m256 wj = _mm256_set1_ps(w[j]);
+            const char *row = v + (size_t)j * stride + es * e;
+            for (int c = 0; c < 4; c++)
+                o[c] = _mm256_fmadd_ps(wj, ld8(kv, row + es * 8 * c), o[c]);
+        }
+        for (int c = 0; c < 4; c++)
+            _mm256_storeu_ps(out + e + 8 * c, o[c]);
+    }
+    for (; e < d; e += 8) {
+        const int n = d - e < 8 ? d - e : 8;
+        float o[16], vt[16];
+        tail16(DTYPE_F32, (const char *)out, e, n, o);
+        __m256 ov = _mm256_loadu_ps(o);
+        for (int j = 0; j < n_rows; j++) {
+            tail16(kv, v + (size_t)j * stride, e, n, vt);
+            ov = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), _mm256_loadu_ps(vt), ov);
+        }
+        _mm256_storeu_ps(o, ov);
+        memcpy(out + e, o, (size_t)n * sizeof(float));
+    }
+}
+
+static void kv_accum_avx2(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w,
+                          int d, float *out)
+{
+    if (kv == DTYPE_F32)
+        kv_accum_t(DTYPE_F32, v, stride, n_rows, w, d, out);
+    else if (kv == DTYPE_F16)
+        kv_accum_t(DTYPE_F16, v, stride, n_rows, w, d, out);
+    else
+        kv_accum_t(DTYPE_BF16, v, stride, n_rows, w, d, out);
+}
+
+/* Round to nearest even like kern__f32_to_bf16, 8 at a time. */
+AI __m128i f32_to_bf16_8(__m256 x)
+{
+    __m256i u = _mm256_castps_si256(x);
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd), 16);
+    __m256i nan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    /* abs(u) > 0x7f800000 as signed compare: both sides are non-negative */
+    __m256i isnan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                       _mm256_set1_epi32(0x7f800000));
+    r = _mm256_blendv_epi8(r, nan, isnan);
+    /* values are < 0x10000: packus keeps them; fix the 128-bit lane order */
+    __m256i packed = _mm256_packus_epi32(r, r);
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
+}
+
+static void kv_store_avx2(enum dtype kv, const float *x, void *y, int n)
+{
+    int i = 0;
+    if (kv == DTYPE_F32) {
+        memcpy(y, x, (size_t)n * sizeof(float));
+        return;
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m128i h = kv == DTYPE_F16
+                        ? _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                        : f32_to_bf16_8(v);
+        _mm_storeu_si128((__m128i *)((uint16_t *)y + i), h);
+    }
+    for (; i < n; i++)
+        ((uint16_t *)y)[i] = kv == DTYPE_F16 ? kern__f32_to_f16(x[i]) : kern__f32_to_bf16(x[i]);
+}
+
+static float dot_f32_avx2(const float *a, const float *b, int n)
+{
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), hi);
+    }
+    if (i < n) {
+        float at[16], bt[16];
+        tail16(DTYPE_F32, (const char *)a, i, n - i, at);
+        tail16(DTYPE_F32, (const char *)b, i, n - i, bt);
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(at), _mm256_loadu_ps(bt), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(at + 8), _mm256_loadu_ps(bt + 8), hi);
+    }
+    return hsum16(lo, hi);
+}
+
+static float sum_sq_f32_avx2(const float *x, int n)
+{
+    return dot_f32_avx2(x, x, n);
+}
+
+const struct kern__ops kern__ops_avx2 = {
+    .matmul = matmul_avx2,
+    .kv_dot = kv_dot_avx2,
+    .kv_accum = kv_accum_avx2,
+    .kv_store = kv_store_avx2,
+    .dot_f32 = dot_f32_avx2,
+    .sum_sq_f32 = sum_sq_f32_avx2,
+};

@@ -1,0 +1,159 @@
+/*
+ * kernels_impl.h - what the kernel files share inside src/kernels/: the
+ * per-ISA operation table that dispatch.c selects from, thread-local scratch,
+ * exact scalar conversions, and the canonical per-element arithmetic.
+ *
+ * THE CANONICAL ARITHMETIC. Every ISA level computes each output element
+ * with exactly the same sequence of IEEE operations, so results are bitwise
+ * equal across levels (not only across tilings, which is what kernels.h
+ * demands), with one documented exception, bf16 weights at the AVX-512 level
+ * (vdpbf16ps, see kernels_avx512.c):
+ *
+ *  - quantized weights (q8_0, q4_0 with q8_0 activations; q4_K, q6_K with
+ *    q8_K activations): each block's integer dot product is computed exactly
+ *    (int32; any instruction sequence gives the same integer), then one
+ *    float chain per element in block order:
+ *      q8_0, q4_0:  acc = fma((float)isum_b, dw_b * dx_b, acc)
+ *      q6_K:        acc = fma((float)A_b, dw_b * dx_b, acc)
+ *      q4_K:        acc = fma((float)A_b, dw_b * dx_b, acc);
+ *                   acc = fma((float)-B_b, dmin_b * dx_b, acc)
+ *    where for q4_K  A = sum_j sc_j * sum_{i in j} q_i x_i,  B = sum_j m_j * sum_{i in j} x_i
+ *    and for q6_K    A = sum_j sc_j * sum_{i in j} q_i x_i - 32 * sum_j sc_j * bsums_j
+ *    (q_i the unsigned quants). acc starts at +0.
+ *  - float weights (f32, f16, and bf16 below AVX-512; activations f32): 16
+ *    lanes, lane l = fma(w[i], x[i], lane l) for i = l, l + 16, ... over k
+ *    rounded up to 16 with zeros; then the fixed tree kern__tree16.
+ *  - kern_kv_dot, kern_dot_f32, kern_sum_sq_f32: the same 16-lane scheme.
+ *  - kern_kv_accum: out[i] = fma(w[j], v[j][i], out[i]) for j in order.
+ *
+ * The scalar level uses fmaf(), which is exact (correctly rounded) wherever
+ * it runs, so it matches the hardware FMA of the SIMD levels bit for bit.
+ */
+#ifndef INFERD_KERNELS_IMPL_H
+#define INFERD_KERNELS_IMPL_H
+
+#include "kernels/kernels.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* One ISA level's implementations of the dispatched operations. The
+ * signatures are kernels.h's. */
+struct kern__ops {
+    void (*matmul)(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0, int r1,
+                   const void *xq, size_t x_row_bytes, int n_tok, float *y, int ldy);
+    void (*kv_dot)(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q, int d,
+                   float *out);
+    void (*kv_accum)(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w, int d,
+                     float *out);
+    void (*kv_store)(enum dtype kv, const float *x, void *y, int n);
+    float (*dot_f32)(const float *a, const float *b, int n);
+    float (*sum_sq_f32)(const float *x, int n);
+};
+
+extern const struct kern__ops kern__ops_scalar;
+extern const struct kern__ops kern__ops_avx2;
+extern const struct kern__ops kern__ops_avx512;
+
+/* Thread-local scratch, one buffer per slot, 64-byte aligned, grown (never
+ * shrunk) on demand: after warm-up the hot path allocates nothing. Contents
+ * are undefined on return. Freed when the thread exits. */
+enum kern__slot {
+    KERN__SLOT_PREP,  /* per-call activation side data (scales, sums) */
+    KERN__SLOT_PANEL, /* repacked weight panel */
+    KERN__SLOT_ACC,   /* float accumulators carried across panel chunks */
+    KERN__SLOT_COUNT,
+};
+void *kern__scratch(enum kern__slot slot, size_t bytes);
+
+/* ---- exact scalar conversions (kernels.h documents the rounding) ---- */
+
+static inline uint32_t kern__f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+static inline float kern__u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+/* Same bits as vcvtph2ps: exact; a signalling NaN comes back quiet. */
+static inline float kern__f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    if (exp == 0x1f) return kern__u2f(sign | 0x7f800000 | mant << 13 | (mant ? 0x400000 : 0));
+    if (exp != 0) return kern__u2f(sign | (exp + 112) << 23 | mant << 13);
+    if (mant == 0) return kern__u2f(sign);
+    /* subnormal: normalize; the value is mant * 2^-24 */
+    uint32_t e = 113;
+    while (!(mant & 0x400)) {
+        mant <<= 1;
+        e--;
+    }
+    return kern__u2f(sign | e << 23 | (mant & 0x3ff) << 13);
+}
+
+/* Same bits as vcvtps2ph with round-to-nearest-even: NaNs come back quiet
+ * with the top 9 payload bits kept; overflow gives infinity. */
+static inline uint16_t kern__f32_to_f16(float f)
+{
+    uint32_t u = kern__f2u(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    u &= 0x7fffffff;
+    if (u > 0x7f800000) return sign | 0x7e00 | (uint16_t)((u >> 13) & 0x3ff);
+    if (u >= 0x477ff000) return sign | 0x7c00; /* >= 65520 rounds to infinity */
+    if (u >= 0x38800000) {                     /* normal in f16 */
+        uint32_t r = u - 0x38000000;           /* rebias the exponent: 127 -> 15 */
+        uint32_t h = r >> 13, rem = r & 0x1fff;
+        if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+        return sign | (uint16_t)h;
+    }
+    if (u < 0x33000000) return sign; /* at most 2^-25: rounds to zero */
+    uint32_t e = u >> 23, m = (u & 0x7fffff) | 0x800000;
+    uint32_t shift = 126 - e; /* value in units of 2^-24 is m >> shift */
+    uint32_t h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1))) h++;
+    return sign | (uint16_t)h;
+}
+
+static inline float kern__bf16_to_f32(uint16_t h)
+{
+    return kern__u2f((uint32_t)h << 16);
+}
+
+/* Round to nearest even; a NaN stays a (quiet) NaN. */
+static inline uint16_t kern__f32_to_bf16(float f)
+{
+    uint32_t u = kern__f2u(f);
+    if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+/* The canonical 16-lane reduction: halves folded onto each other. */
+static inline float kern__tree16(const float l[16])
+{
+    float a[8], b[4], c[2];
+    for (int i = 0; i < 8; i++)
+        a[i] = l[i] + l[i + 8];
+    for (int i = 0; i < 4; i++)
+        b[i] = a[i] + a[i + 4];
+    for (int i = 0; i < 2; i++)
+        c[i] = b[i] + b[i + 2];
+    return c[0] + c[1];
+}
+
+/* Scalar reference pieces the SIMD files fall back to for odd cases. */
+void kern__matmul_ref(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0, int r1,
+                      const void *xq, size_t x_row_bytes, int n_tok, float *y, int ldy);
+
+/* Checks kern_matmul's arguments (internal invariants: abort on violation). */
+void kern__matmul_check(enum dtype wt, int k, int r0, int r1, int n_tok);
+
+#endif

@@ -1,0 +1,83 @@
+/*
+ * vecmath.c - scalar reference of vecmath.h and the dispatch by kern_isa().
+ */
+#include "kernels/vecmath.h"
+
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Polynomial for e^f, f in [-ln2/2, ln2/2] (Taylor coefficients up to f^6). */
+#define EXP_C2 0.5f
+#define EXP_C3 0.16666667f
+#define EXP_C4 0.041666668f
+#define EXP_C5 0.008333334f
+#define EXP_C6 0.0013888889f
+#define LN2_HI 0.693145751953125f
+#define LN2_LO 1.428606765330187e-06f
+#define LOG2E  1.44269504088896341f
+
+static float exp_ref(float x)
+{
+    if (x < -87.3f) return 0.0f;
+    if (x > 88.7f) x = 88.7f;
+    float n = rintf(x * LOG2E);
+    float f = (x - n * LN2_HI) - n * LN2_LO;
+    float p = EXP_C6;
+    p = p * f + EXP_C5;
+    p = p * f + EXP_C4;
+    p = p * f + EXP_C3;
+    p = p * f + EXP_C2;
+    p = p * f + 1.0f;
+    p = p * f + 1.0f;
+    int32_t bits;
+    memcpy(&bits, &p, 4);
+    bits += (int32_t)n << 23;
+    memcpy(&p, &bits, 4);
+    return p;
+}
+
+void kern__silu_mul_ref(float *g, const float *u, int n)
+{
+    for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + exp_ref(-g[i])) * u[i];
+}
+
+void kern__softmax_ref(float *x, int n, float scale)
+{
+    /* 16 interleaved partial sums, like the AVX-512 lanes; the reference
+     * keeps the same structure so tails are not special. */
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        x[i] *= scale;
+        mx = x[i] > mx ? x[i] : mx;
+    }
+    float part[16] = {0};
+    for (int i = 0; i < n; i++) {
+        x[i] = exp_ref(x[i] - mx);
+        part[i % 16] += x[i];
+    }
+    float sum = 0;
+    for (int i = 0; i < 16; i++) sum += part[i];
+    float inv = 1.0f / sum;
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+void kern_silu_mul(float *g, const float *u, int n)
+{
+    switch (kern_isa()) {
+    case KERN_ISA_AVX512: kern__silu_mul_avx512(g, u, n); break;
+    case KERN_ISA_AVX2: kern__silu_mul_avx2(g, u, n); break;
+    default: kern__silu_mul_ref(g, u, n); break;
+    }
+}
+
+void kern_softmax(float *x, int n, float scale)
+{
+    switch (kern_isa()) {
+    case KERN_ISA_AVX512: kern__softmax_avx512(x, n, scale); break;
+    case KERN_ISA_AVX2: kern__softmax_avx2(x, n, scale); break;
+    default: kern__softmax_ref(x, n, scale); break;
+    }
+}

@@ -1,0 +1,85 @@
+/*
+ * pool.h - the paged KV cache: a fixed arena of blocks, each holding the keys
+ * and values of KV_BLOCK_TOKENS (configurable) consecutive positions of one
+ * sequence for every layer, plus per-sequence block tables.
+ *
+ * Block layout (one block, bytes contiguous so a block exports as one span
+ * per layer):
+ *
+ *   block b: [layer 0: K (n_kv_head, block_tokens, head_dim) | V (same)]
+ *            [layer 1: K | V] ... [layer n_layer-1: K | V]
+ *
+ * so the keys of one head inside a block are a dense (block_tokens, head_dim)
+ * matrix - what kern_kv_dot reads. Elements are f16 (default), bf16 or f32.
+ *
+ * Blocks are refcounted: a sequence's table holds one reference per block;
+ * the prefix cache (later) holds blocks by reference too. A block returns to
+ * the free list when its count drops to zero.
+ *
+ * Lifetime: the arena is process state, allocated once at engine creation.
+ * Thread safety: owned by the engine thread; the forward pass only reads the
+ * tables and writes the slots the engine reserved for it.
+ */
+#ifndef INFERD_KV_POOL_H
+#define INFERD_KV_POOL_H
+
+#include "base/dtype.h"
+#include "base/err.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KV_BLOCK_TOKENS_DEFAULT 16
+
+struct kv_pool_config {
+    int n_layer;      /* layers of the model */
+    int n_kv_head;    /* key/value heads */
+    int head_dim;     /* per-head dim */
+    int block_tokens; /* positions per block */
+    int n_blocks;     /* blocks in the arena */
+    enum dtype dtype; /* DTYPE_F16, DTYPE_BF16 or DTYPE_F32 */
+};
+
+struct kv_pool {
+    struct kv_pool_config cfg; /* as given */
+    size_t half_bytes;         /* bytes of K (or V) of one layer of one block */
+    size_t block_bytes;        /* bytes of one block, all layers */
+    uint8_t *data;             /* (n_blocks, block_bytes) */
+    int32_t *free_list;        /* stack of free block ids, (n_blocks) */
+    int n_free;                /* entries in free_list */
+    int32_t *refs;             /* (n_blocks) reference counts */
+};
+
+/* Allocates the arena. Errors: ERR_INVALID for a bad config, -ENOMEM. */
+int kv_pool_init(struct kv_pool *p, const struct kv_pool_config *cfg, struct err_msg *msg);
+void kv_pool_release(struct kv_pool *p);
+
+/* Takes a free block with refcount 1; ERR_NO_KV when none is left. */
+int kv_pool_alloc(struct kv_pool *p, int32_t *block);
+void kv_pool_ref(struct kv_pool *p, int32_t block);
+void kv_pool_unref(struct kv_pool *p, int32_t block);
+
+/* Keys / values of one layer of one block: (n_kv_head, block_tokens, head_dim). */
+static inline void *kv_pool_k(const struct kv_pool *p, int32_t block, int layer)
+{
+    return p->data + (size_t)block * p->block_bytes + (size_t)layer * 2 * p->half_bytes;
+}
+static inline void *kv_pool_v(const struct kv_pool *p, int32_t block, int layer)
+{
+    return p->data + (size_t)block * p->block_bytes + ((size_t)layer * 2 + 1) * p->half_bytes;
+}
+
+/* A sequence's block table: block i holds positions [i*bt, (i+1)*bt). */
+struct kv_seq {
+    int32_t *blocks; /* (cap) block ids; first n_blocks valid */
+    int n_blocks;    /* blocks held */
+    int cap;         /* allocated entries of blocks */
+};
+
+/* Makes sure the table covers positions [0, n_pos). On ERR_NO_KV the table is
+ * unchanged (blocks taken during the call are given back). */
+int kv_seq_reserve(struct kv_pool *p, struct kv_seq *s, int n_pos);
+/* Drops every block reference and frees the table memory. */
+void kv_seq_release(struct kv_pool *p, struct kv_seq *s);
+
+#endif

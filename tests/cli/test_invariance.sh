@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Bit-exact invariance from the command line: a request's tokens and
+# logprobs (exact hex floats) are identical alone or in a crowd, with any
+# prefill chunking, block size and thread count - for every weight type.
+source "$(dirname "$0")/../lib.sh"
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+
+prompt=$(seq -s, 1000 37 3200)   # 60 tokens
+for type in f32 f16 bf16 q8_0 q4_0 q4_k q6_k; do
+    m=$(model "tiny-qwen3-$type" --preset tiny --arch qwen3 --type "$type")
+    run() { "$INFERD_BIN" run -m "$m" --tokens "$prompt" -n 12 --ignore-eos --temp 0.8 --seed 7 \
+                --dump-logprobs "$work/$1" "${@:2}" >/dev/null 2>"$work/$1.err"; }
+    run base --threads 1 --chunk 512
+    for v in "crowd:--batch-with 5" "chunk7:--chunk 7 --batch-with 3" "chunk1:--chunk 1" \
+             "threads2:--threads 2 --chunk 13 --batch-with 2" "threads2b:--threads 2 --chunk 5" \
+             "threads2c:--threads 2 --batch-with 7" "block4:--block 4 --chunk 9"; do
+        name=${v%%:*}; args=${v#*:}
+        # shellcheck disable=SC2086
+        if run "$name" --threads 1 $args && cmp -s "$work/base" "$work/$name" \
+            && [ "$(wc -l <"$work/base")" -eq 12 ]; then
+            ok "$type $name"
+        else
+            fail "$type $name"; diff "$work/base" "$work/$name" | head -5 || cat "$work/$name.err"
+        fi
+    done
+done
+finish

@@ -1,0 +1,54 @@
+# Test registration. Conventions:
+#   tests/unit/<module>/test_*.c   one executable each, label "unit" (label
+#                                  "kernels" for module kernels)
+#   tests/fuzz/<target>/           fuzz_<target>.c + corpus/, replayed by ctest
+#                                  (label "fuzz") through a plain main() driver
+#   tests/reference/*.py           numpy reference checks (label "reference")
+file(GLOB_RECURSE UNIT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/unit/*/test_*.c)
+foreach(src ${UNIT_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  get_filename_component(dir ${src} DIRECTORY)
+  get_filename_component(module ${dir} NAME)
+  add_executable(${name} ${src})
+  target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests/unit)
+  target_link_libraries(${name} PRIVATE inferd_core)
+  set(label unit)
+  if(module STREQUAL "kernels")
+    set(label kernels)
+  endif()
+  add_test(NAME ${module}/${name} COMMAND ${name})
+  set_tests_properties(${module}/${name} PROPERTIES LABELS "${label}"
+                       ENVIRONMENT "INFERD_BIN=$<TARGET_FILE:inferd>;INFERD_SRC=${CMAKE_SOURCE_DIR}")
+endforeach()
+
+# Fuzz targets: each tests/fuzz/<t>/fuzz_<t>.c defines LLVMFuzzerTestOneInput.
+# The replay driver runs it over every file in the corpus directory.
+file(GLOB FUZZ_DIRS CONFIGURE_DEPENDS LIST_DIRECTORIES true ${CMAKE_SOURCE_DIR}/tests/fuzz/*)
+foreach(dir ${FUZZ_DIRS})
+  if(IS_DIRECTORY ${dir})
+    get_filename_component(t ${dir} NAME)
+    add_executable(fuzz_${t}_replay ${dir}/fuzz_${t}.c ${CMAKE_SOURCE_DIR}/tests/fuzz/replay.c)
+    target_link_libraries(fuzz_${t}_replay PRIVATE inferd_core)
+    add_test(NAME fuzz/${t} COMMAND fuzz_${t}_replay ${dir}/corpus)
+    set_tests_properties(fuzz/${t} PROPERTIES LABELS fuzz)
+    if(INFERD_FUZZ)
+      add_executable(fuzz_${t} ${dir}/fuzz_${t}.c)
+      target_compile_options(fuzz_${t} PRIVATE -fsanitize=fuzzer,address,undefined)
+      target_link_options(fuzz_${t} PRIVATE -fsanitize=fuzzer,address,undefined)
+      target_link_libraries(fuzz_${t} PRIVATE inferd_core)
+    endif()
+  endif()
+endforeach()
+
+# Script tests (numpy reference, CLI checks): tests/reference/*.sh and
+# tests/cli/*.sh get INFERD_BIN and a scratch directory.
+file(GLOB SCRIPT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/reference/test_*.sh
+                                         ${CMAKE_SOURCE_DIR}/tests/cli/test_*.sh)
+foreach(sh ${SCRIPT_TESTS})
+  get_filename_component(name ${sh} NAME_WE)
+  get_filename_component(dir ${sh} DIRECTORY)
+  get_filename_component(group ${dir} NAME)
+  add_test(NAME ${group}/${name} COMMAND bash ${sh})
+  set_tests_properties(${group}/${name} PROPERTIES LABELS ${group}
+    ENVIRONMENT "INFERD_BIN=$<TARGET_FILE:inferd>;INFERD_SRC=${CMAKE_SOURCE_DIR};INFERD_SCRATCH=${CMAKE_BINARY_DIR}/scratch")
+endforeach()

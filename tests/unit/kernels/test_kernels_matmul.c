@@ -1,0 +1,441 @@
+/*
+ * test_kernels_matmul.c - matmul and the attention vector ops at every ISA
+ * level this CPU has.
+ *
+ *  - the scalar reference against an exact (double) dot product of the
+ *    decoded operands, within a rounding bound (below);
+ *  - every SIMD level against the scalar reference on random shapes (rows
+ *    1..67, ragged k, n_tok 1..19, sub-ranges of rows, padded strides):
+ *    bitwise equal, the design goal (kernels_impl.h), except bf16 weights at
+ *    the AVX-512 level (vdpbf16ps rounds its own way), held to the rounding
+ *    bound instead;
+ *  - invariance at every level: n_tok = N equals N calls with n_tok = 1, a
+ *    split row range equals the full one, a permuted batch permutes the
+ *    output - all bitwise;
+ *  - kv_dot / kv_accum / kv_store / dot_f32 / sum_sq_f32 likewise.
+ *
+ * Rounding bound: with u = 2^-24 and S = sum |w_i x_i| (for q4_K the min
+ * term counted separately), a chain of n float operations errs by at most
+ * about n u S, so we allow 2 (n + 8) u S, n = k / 16 + 4 for 16-lane float
+ * dots and 2 * blocks for the quantized chains. A lost or doubled element
+ * costs ~ S / k, far above that for every k tested.
+ */
+#include "test.h"
+
+#include "kern_test_util.h"
+#include "kernels/kernels.h"
+
+#define U 0x1p-24
+
+static uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+#define SENTINEL 0x7fc0deadu
+
+static float sentinel(void)
+{
+    float f;
+    uint32_t u = SENTINEL;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* One random matmul problem. */
+struct prob {
+    enum dtype wt;
+    int rows, k, n_tok;
+    size_t wrb, xrb; /* padded strides */
+    uint8_t *W;      /* (rows, wrb) */
+    uint8_t *X;      /* (n_tok, xrb) quantized activations */
+};
+
+static void prob_init(struct prob *p, struct rng *r, enum dtype wt, int rows, int k, int n_tok)
+{
+    p->wt = wt;
+    p->rows = rows;
+    p->k = k;
+    p->n_tok = n_tok;
+    p->wrb = dtype_row_size(wt, k) + (size_t)rng_int(r, 3) * 2;
+    p->xrb = kern_act_row_size(wt, k) + (size_t)rng_int(r, 3) * 4;
+    p->W = calloc((size_t)rows, p->wrb);
+    p->X = calloc((size_t)n_tok, p->xrb);
+    float *row = malloc((size_t)k * sizeof(float));
+    for (int i = 0; i < rows; i++) {
+        fill_normal(r, row, k, 0.02f * (1 + rng_int(r, 8)));
+        kern_quantize_row(wt, row, p->W + (size_t)i * p->wrb, k);
+    }
+    for (int t = 0; t < n_tok; t++) {
+        fill_normal(r, row, k, 1.0f + (float)rng_int(r, 4));
+        kern_quantize_act(wt, row, p->X + (size_t)t * p->xrb, k);
+    }
+    free(row);
+}
+
+static void prob_free(struct prob *p)
+{
+    free(p->W);
+    free(p->X);
+}
+
+/* Exact dot of row r with token t, and S = sum |w x| (+ |offset x|). */
+static double exact_dot(const struct prob *p, int r, int t, double *S)
+{
+    const void *w = p->W + (size_t)r * p->wrb, *x = p->X + (size_t)t * p->xrb;
+    enum dtype at = kern_act_type(p->wt);
+    double s = 0, a = 0;
+    for (int e = 0; e < p->k; e++) {
+        double off, we = decode_elem(p->wt, w, e, &off), xe = decode_elem(at, x, e, NULL);
+        s += we * xe;
+        a += (fabs(we) + off) * fabs(xe);
+    }
+    *S = a;
+    return s;
+}
+
+static double chain_tol(enum dtype wt, int k, double S)
+{
+    double n = wt == DTYPE_F32 || wt == DTYPE_F16 || wt == DTYPE_BF16 ? k / 16.0 + 4
+                                                                      : 2.0 * k / blck_of(wt);
+    return 2.0 * (n + 8) * U * S + 1e-30;
+}
+
+static void run(const struct prob *p, int r0, int r1, int t0, int n, float *y, int ldy)
+{
+    kern_matmul(p->wt, p->W, p->wrb, p->k, r0, r1, p->X + (size_t)t0 * p->xrb, p->xrb, n, y, ldy);
+}
+
+static int pick_k(struct rng *r, enum dtype wt)
+{
+    static const int kq32[] = {32, 64, 32 * 7, 32 * 28, 32 * 45, 896};
+    static const int kqk[] = {256, 512, 256 * 3, 256 * 5};
+    static const int kf[] = {1, 7, 16, 17, 31, 33, 64, 100, 224, 250, 896, 1000};
+    if (blck_of(wt) == 32) return kq32[rng_int(r, 6)];
+    if (blck_of(wt) == 256) return kqk[rng_int(r, 4)];
+    return kf[rng_int(r, 12)];
+}
+
+TEST(reference_close_to_exact)
+{
+    struct rng r = {31337};
+    kern_set_isa(KERN_ISA_SCALAR);
+    for (int ti = 0; ti < N_WTYPES; ti++) {
+        enum dtype wt = all_wtypes[ti];
+        for (int rep = 0; rep < 4; rep++) {
+            struct prob p;
+            prob_init(&p, &r, wt, 1 + rng_int(&r, 9), pick_k(&r, wt), 1 + rng_int(&r, 5));
+            float *y = malloc((size_t)p.n_tok * p.rows * sizeof(float));
+            run(&p, 0, p.rows, 0, p.n_tok, y, p.rows);
+            int bad = 0;
+            for (int t = 0; t < p.n_tok; t++)
+                for (int i = 0; i < p.rows; i++) {
+                    double S, e = exact_dot(&p, i, t, &S);
+                    if (fabs(y[t * p.rows + i] - e) > chain_tol(wt, p.k, S)) bad++;
+                }
+            if (bad) fprintf(stderr, "  %s k=%d: %d off\n", dtype_info(wt)->name, p.k, bad);
+            EXPECT_EQ_INT(bad, 0);
+            free(y);
+            prob_free(&p);
+        }
+    }
+    kern_set_isa(kern_isa_max());
+}
+
+TEST(simd_matches_reference)
+{
+    struct rng r = {4242};
+    int levels = 0;
+    for (int isa = KERN_ISA_AVX2; isa <= (int)kern_isa_max(); isa++) {
+        levels++;
+        for (int ti = 0; ti < N_WTYPES; ti++) {
+            enum dtype wt = all_wtypes[ti];
+            /* vdpbf16ps rounds differently from fma: bounded, not bitwise */
+            const int bitwise = !(isa == KERN_ISA_AVX512 && wt == DTYPE_BF16);
+            double worst = 0;
+            for (int rep = 0; rep < 10; rep++) {
+                struct prob p;
+                prob_init(&p, &r, wt, 1 + rng_int(&r, 67), pick_k(&r, wt), 1 + rng_int(&r, 19));
+                int r0 = rng_int(&r, p.rows / 3 + 1), r1 = r0 + 1 + rng_int(&r, p.rows - r0);
+                int ldy = p.rows + 3;
+                size_t ny = (size_t)p.n_tok * ldy;
+                float *y0 = malloc(ny * sizeof(float)), *y1 = malloc(ny * sizeof(float));
+                for (size_t i = 0; i < ny; i++)
+                    y0[i] = y1[i] = sentinel();
+                kern_set_isa(KERN_ISA_SCALAR);
+                run(&p, r0, r1, 0, p.n_tok, y0, ldy);
+                kern_set_isa((enum kern_isa)isa);
+                run(&p, r0, r1, 0, p.n_tok, y1, ldy);
+                int bad = 0, touched = 0;
+                for (int t = 0; t < p.n_tok; t++)
+                    for (int i = 0; i < ldy; i++) {
+                        float a = y0[(size_t)t * ldy + i], b = y1[(size_t)t * ldy + i];
+                        if (i < r0 || i >= r1) {
+                            touched += fbits(b) != SENTINEL;
+                        } else if (bitwise) {
+                            bad += fbits(a) != fbits(b);
+                        } else {
+                            double S;
+                            exact_dot(&p, i, t, &S);
+                            double d = fabs((double)a - b);
+                            bad += d > 2 * chain_tol(wt, p.k, S);
+                            if (S > 0) worst = fmax(worst, d / (U * S));
+                        }
+                    }
+                if (bad || touched)
+                    fprintf(stderr,
+                            "  %s %s rows=%d [%d,%d) k=%d n_tok=%d: %d differ, %d outside\n",
+                            kern_isa_name((enum kern_isa)isa), dtype_info(wt)->name, p.rows, r0, r1,
+                            p.k, p.n_tok, bad, touched);
+                EXPECT_EQ_INT(bad, 0);
+                EXPECT_EQ_INT(touched, 0);
+                free(y0);
+                free(y1);
+                prob_free(&p);
+            }
+            if (!bitwise)
+                printf("  %s bf16: worst |simd - ref| = %.1f u S\n",
+                       kern_isa_name((enum kern_isa)isa), worst);
+        }
+    }
+    kern_set_isa(kern_isa_max());
+    if (!levels) printf("  (no SIMD level on this CPU)\n");
+}
+
+static int same_bits(const float *a, const float *b, int n)
+{
+    return memcmp(a, b, (size_t)n * sizeof(float)) == 0;
+}
+
+TEST(invariance_batch_split_order)
+{
+    struct rng r = {8080};
+    for (int isa = 0; isa <= (int)kern_isa_max(); isa++) {
+        kern_set_isa((enum kern_isa)isa);
+        for (int ti = 0; ti < N_WTYPES; ti++) {
+            enum dtype wt = all_wtypes[ti];
+            const int rows = 53, N = 19;
+            struct prob p;
+            prob_init(&p, &r, wt, rows,
+                      blck_of(wt) == 1 ? 203 : blck_of(wt) * (blck_of(wt) == 32 ? 9 : 2), N);
+            float *full = malloc(sizeof(float) * rows * N), *y = malloc(sizeof(float) * rows * N);
+            run(&p, 0, rows, 0, N, full, rows);
+            int bad = 0;
+            /* one token at a time */
+            for (int t = 0; t < N; t++)
+                run(&p, 0, rows, t, 1, y + t * rows, rows);
+            bad += !same_bits(full, y, rows * N);
+            /* two at a time (the decode kernels take 1 or 2 tokens) */
+            for (int t = 0; t < N; t += 2)
+                run(&p, 0, rows, t, t + 2 <= N ? 2 : 1, y + t * rows, rows);
+            bad += !same_bits(full, y, rows * N);
+            /* uneven token sub-batches */
+            run(&p, 0, rows, 0, 7, y, rows);
+            run(&p, 0, rows, 7, N - 7, y + 7 * rows, rows);
+            bad += !same_bits(full, y, rows * N);
+            /* split row ranges, off the panel grid */
+            static const int cuts[] = {1, 5, 16, 17, 37, 52};
+            for (size_t c = 0; c < sizeof(cuts) / sizeof(cuts[0]); c++) {
+                run(&p, 0, cuts[c], 0, N, y, rows);
+                run(&p, cuts[c], rows, 0, N, y, rows);
+                bad += !same_bits(full, y, rows * N);
+            }
+            /* reversed batch order */
+            uint8_t *rev = malloc((size_t)N * p.xrb);
+            for (int t = 0; t < N; t++)
+                memcpy(rev + (size_t)t * p.xrb, p.X + (size_t)(N - 1 - t) * p.xrb, p.xrb);
+            kern_matmul(wt, p.W, p.wrb, p.k, 0, rows, rev, p.xrb, N, y, rows);
+            for (int t = 0; t < N; t++)
+                bad += !same_bits(full + t * rows, y + (N - 1 - t) * rows, rows);
+            if (bad)
+                fprintf(stderr, "  %s %s: %d variants differ\n", kern_isa_name((enum kern_isa)isa),
+                        dtype_info(wt)->name, bad);
+            EXPECT_EQ_INT(bad, 0);
+            free(rev);
+            free(full);
+            free(y);
+            prob_free(&p);
+        }
+    }
+    kern_set_isa(kern_isa_max());
+}
+
+/* A prefill-sized batch goes through the token-blocked, chunked path. */
+TEST(invariance_large_batch)
+{
+    struct rng r = {99991};
+    static const enum dtype types[] = {DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_F16, DTYPE_BF16};
+    for (int isa = KERN_ISA_AVX2; isa <= (int)kern_isa_max(); isa++) {
+        kern_set_isa((enum kern_isa)isa);
+        for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+            struct prob p;
+            prob_init(&p, &r, types[ti], 35, blck_of(types[ti]) == 256 ? 256 * 19 : 4864, 300);
+            float *full = malloc(sizeof(float) * 35 * 300), *y = malloc(sizeof(float) * 35);
+            run(&p, 0, 35, 0, 300, full, 35);
+            int bad = 0;
+            for (int t = 0; t < 300; t += 37) {
+                run(&p, 0, 35, t, 1, y, 35);
+                bad += !same_bits(full + t * 35, y, 35);
+            }
+            EXPECT_EQ_INT(bad, 0);
+            free(full);
+            free(y);
+            prob_free(&p);
+        }
+    }
+    kern_set_isa(kern_isa_max());
+}
+
+/* ---- KV ops and reductions ---- */
+
+static const enum dtype kv_types[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+
+TEST(kv_dot_and_accum)
+{
+    struct rng r = {606};
+    static const int ds[] = {1, 5, 16, 17, 64, 100, 128, 129};
+    static const int ns[] = {1, 3, 4, 9, 31};
+    for (int ki = 0; ki < 3; ki++) {
+        enum dtype kv = kv_types[ki];
+        size_t es = kv == DTYPE_F32 ? 4 : 2;
+        for (size_t di = 0; di < sizeof(ds) / sizeof(ds[0]); di++)
+            for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+                int d = ds[di], n = ns[ni];
+                size_t stride = (size_t)d * es + 6;
+                uint8_t *K = calloc((size_t)n, stride);
+                float *tmp = malloc(sizeof(float) * d), *q = malloc(sizeof(float) * d);
+                float *w = malloc(sizeof(float) * n), *o0 = malloc(sizeof(float) * n);
+                float *o1 = malloc(sizeof(float) * n), *init = malloc(sizeof(float) * d);
+                float *a0 = malloc(sizeof(float) * d), *a1 = malloc(sizeof(float) * d);
+                for (int j = 0; j < n; j++) {
+                    fill_normal(&r, tmp, d, 1.0f);
+                    kern_kv_store(kv, tmp, K + (size_t)j * stride, d);
+                    w[j] = fabsf(rng_unit(&r));
+                }
+                fill_normal(&r, q, d, 1.0f);
+                fill_normal(&r, init, d, 1.0f);
+                int bad = 0;
+                kern_set_isa(KERN_ISA_SCALAR);
+                kern_kv_dot(kv, K, stride, n, q, d, o0);
+                memcpy(a0, init, sizeof(float) * d);
+                kern_kv_accum(kv, K, stride, n, w, d, a0);
+                /* reference against exact */
+                for (int j = 0; j < n; j++) {
+                    double s = 0, S = 0;
+                    for (int e = 0; e < d; e++) {
+                        double ke = decode_elem(kv, K + (size_t)j * stride, e, NULL);
+                        s += ke * q[e];
+                        S += fabs(ke * q[e]);
+                    }
+                    bad += fabs(o0[j] - s) > 2 * (d / 16.0 + 12) * U * S + 1e-30;
+                }
+                for (int e = 0; e < d; e++) {
+                    double s = init[e], S = fabs(init[e]);
+                    for (int j = 0; j < n; j++) {
+                        double ve = decode_elem(kv, K + (size_t)j * stride, e, NULL);
+                        s += w[j] * ve;
+                        S += fabs(w[j] * ve);
+                    }
+                    bad += fabs(a0[e] - s) > 2 * (n + 8) * U * S + 1e-30;
+                }
+                for (int isa = 0; isa <= (int)kern_isa_max(); isa++) {
+                    kern_set_isa((enum kern_isa)isa);
+                    kern_kv_dot(kv, K, stride, n, q, d, o1);
+                    bad += !same_bits(o0, o1, n);
+                    /* each row alone gives the same bits */
+                    for (int j = 0; j < n; j++) {
+                        float one;
+                        kern_kv_dot(kv, K + (size_t)j * stride, stride, 1, q, d, &one);
+                        bad += fbits(one) != fbits(o0[j]);
+                    }
+                    memcpy(a1, init, sizeof(float) * d);
+                    kern_kv_accum(kv, K, stride, n, w, d, a1);
+                    bad += !same_bits(a0, a1, d);
+                    /* rows in two calls give the same bits */
+                    int cut = n / 2;
+                    memcpy(a1, init, sizeof(float) * d);
+                    kern_kv_accum(kv, K, stride, cut, w, d, a1);
+                    kern_kv_accum(kv, K + (size_t)cut * stride, stride, n - cut, w + cut, d, a1);
+                    bad += !same_bits(a0, a1, d);
+                }
+                if (bad)
+                    fprintf(stderr, "  %s d=%d n=%d: %d failures\n", dtype_info(kv)->name, d, n,
+                            bad);
+                EXPECT_EQ_INT(bad, 0);
+                free(K);
+                free(tmp);
+                free(q);
+                free(w);
+                free(o0);
+                free(o1);
+                free(init);
+                free(a0);
+                free(a1);
+            }
+    }
+    kern_set_isa(kern_isa_max());
+}
+
+TEST(kv_store_round_trip)
+{
+    struct rng r = {1};
+    float x[133], y[133];
+    uint8_t buf[134 * 4];
+    fill_normal(&r, x, 133, 10.0f);
+    for (int isa = 0; isa <= (int)kern_isa_max(); isa++) {
+        kern_set_isa((enum kern_isa)isa);
+        for (int ki = 0; ki < 3; ki++) {
+            for (int n = 0; n <= 133; n += 19) {
+                memset(buf, 0xab, sizeof buf);
+                kern_kv_store(kv_types[ki], x, buf, n);
+                kern_dequantize_row(kv_types[ki], buf, y, n);
+                int bad = 0;
+                for (int i = 0; i < n; i++) {
+                    float want = kv_types[ki] == DTYPE_F32 ? x[i]
+                                 : kv_types[ki] == DTYPE_F16
+                                     ? kern_f16_to_f32(kern_f32_to_f16(x[i]))
+                                     : kern_bf16_to_f32(kern_f32_to_bf16(x[i]));
+                    bad += fbits(y[i]) != fbits(want);
+                }
+                size_t es = kv_types[ki] == DTYPE_F32 ? 4 : 2;
+                bad += buf[es * (size_t)n] != 0xab; /* nothing written past n */
+                EXPECT_EQ_INT(bad, 0);
+            }
+        }
+    }
+    kern_set_isa(kern_isa_max());
+}
+
+TEST(dot_and_sum_sq)
+{
+    struct rng r = {77};
+    static const int ns[] = {0, 1, 15, 16, 17, 100, 1000, 4097};
+    for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+        int n = ns[ni];
+        float *a = malloc(sizeof(float) * (n + 1)), *b = malloc(sizeof(float) * (n + 1));
+        fill_normal(&r, a, n, 1.0f);
+        fill_normal(&r, b, n, 2.0f);
+        kern_set_isa(KERN_ISA_SCALAR);
+        float d0 = kern_dot_f32(a, b, n), s0 = kern_sum_sq_f32(a, n);
+        double de = 0, dS = 0, se = 0;
+        for (int i = 0; i < n; i++) {
+            de += (double)a[i] * b[i];
+            dS += fabs((double)a[i] * b[i]);
+            se += (double)a[i] * a[i];
+        }
+        EXPECT(fabs(d0 - de) <= 2 * (n / 16.0 + 12) * U * dS + 1e-30);
+        EXPECT(fabs(s0 - se) <= 2 * (n / 16.0 + 12) * U * se + 1e-30);
+        for (int isa = 1; isa <= (int)kern_isa_max(); isa++) {
+            kern_set_isa((enum kern_isa)isa);
+            EXPECT_EQ_INT(fbits(kern_dot_f32(a, b, n)), fbits(d0));
+            EXPECT_EQ_INT(fbits(kern_sum_sq_f32(a, n)), fbits(s0));
+        }
+        free(a);
+        free(b);
+    }
+    kern_set_isa(kern_isa_max());
+}
+
+TEST_MAIN()
