@@ -99,7 +99,8 @@ struct job {
     char **w;        /* matmul: weight copies */
     int copies;      /* number of copies */
     size_t wrb;      /* bytes per weight row */
-    int k, r0, r1;   /* shape and this thread's rows */
+    int k;           /* row length */
+    int r0, r1;      /* this thread's rows [r0, r1) */
     const void *x;   /* activations (one token) */
     size_t xrb;      /* activation row bytes */
     float *y;        /* output */
@@ -157,7 +158,8 @@ static double read_gbs(int nth)
 }
 
 struct shape {
-    int rows, k;
+    int rows; /* weight rows */
+    int k;    /* row length */
 };
 
 static void *make_weights(enum dtype wt, int rows, int k)

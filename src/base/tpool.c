@@ -15,6 +15,7 @@
 #include "base/check.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -48,6 +49,19 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* Waiting on a peer: spin briefly (the peer is usually microseconds away),
+ * then yield the core. Pure spinning is a disaster when the machine is
+ * oversubscribed: a waiter can burn a whole time slice while the thread it
+ * waits for sits descheduled on the same core. */
+static inline void wait_step(unsigned *spins)
+{
+    if (++*spins < 2000) {
+        cpu_relax();
+    } else {
+        sched_yield();
+    }
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
@@ -59,7 +73,8 @@ static void *worker_main(void *arg)
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
                !atomic_load_explicit(&p->stop, memory_order_acquire)) {
             if (++spins < SPIN_ROUNDS) {
-                cpu_relax();
+                if (spins % 1024 == 0) sched_yield();
+                else cpu_relax();
                 continue;
             }
             pthread_mutex_lock(&p->mu);
@@ -130,7 +145,8 @@ void tpool_run(struct tpool *p, tpool_fn fn, void *ctx)
         pthread_mutex_unlock(&p->mu);
     }
     fn(ctx, 0, p->nth);
-    while (atomic_load_explicit(&p->n_done, memory_order_acquire) != p->nth - 1) cpu_relax();
+    unsigned spins = 0;
+    while (atomic_load_explicit(&p->n_done, memory_order_acquire) != p->nth - 1) wait_step(&spins);
 }
 
 void tpool_barrier(struct tpool *p)
@@ -142,7 +158,8 @@ void tpool_barrier(struct tpool *p)
         atomic_fetch_add_explicit(&p->barrier_phase, 1, memory_order_release);
         return;
     }
-    while (atomic_load_explicit(&p->barrier_phase, memory_order_acquire) == phase) cpu_relax();
+    unsigned spins = 0;
+    while (atomic_load_explicit(&p->barrier_phase, memory_order_acquire) == phase) wait_step(&spins);
 }
 
 void tpool_split(int n, int align, int ith, int nth, int *lo, int *hi)

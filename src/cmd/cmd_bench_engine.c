@@ -244,8 +244,9 @@ int cmd_bench_engine(int argc, char **argv)
                         ((double)pp * (pp + 1) / 2);
     double flops = 2 * body_params * pp + 2.0 * V * hp->n_embd + attn_flops;
     snprintf(names[n_figs], sizeof(names[0]), "pp%ld", pp);
-    figs[n_figs++] = (struct bench_fig){names[n_figs], 1, pp / best,
-                                        100 * flops / best * 1e-9 / peak_ops, peak_name};
+    figs[n_figs] = (struct bench_fig){names[n_figs], 1, pp / best,
+                                      100 * flops / best * 1e-9 / peak_ops, peak_name};
+    n_figs++;
 
     /* Decode at batch 1 and the batch sizes asked for. */
     int bsz[9] = {1};

@@ -11,13 +11,15 @@
  *   q4_0, q4_K: q <= 15 -> |pair| <= 3810;  q6_K: q <= 63 -> |pair| <= 16002
  * (activation quants stay in [-127, 127], kernels_ref.c).
  *
- * Layout: lanes along k. For the quantized types a 4-row x 2-token tile
- * computes 8 (row, token) partial vectors per block, folds them with one
+ * Layout: lanes along k. For the quantized types one tile is 8 (row,
+ * token) pairs - 8 rows x 1 token for decode, 4 rows x 2 tokens otherwise:
+ * per block it computes 8 partial-sum vectors, folds them with one
  * transposing vphaddd tree into 8 exact integers (one lane each), and runs
  * the 8 canonical float chains side by side in one ymm. Float weights use
- * the canonical 16 lanes as two ymm (lanes 0..7 and 8..15) per element, with
- * a 2-row x 2-token tile; ragged tails go through zero-padded stack copies,
- * which is exactly the reference's zero padding.
+ * the canonical 16 lanes as two ymm (lanes 0..7 and 8..15) per element, in
+ * 4-row x 1-token or 2-row x 2-token tiles; ragged tails go through
+ * zero-padded stack copies, which is exactly the reference's zero padding.
+ * Scalar f16 scales convert with F16C (the same bits as kern__f16_to_f32).
  *
  * Thread safety: pure; per-thread scratch from kern__scratch.
  */

@@ -727,8 +727,8 @@ DEF_TILE_ALL(tile_q6k_, tile_q6k, struct pq6k)
 
 /* ================= quantized weights: decode (few tokens) ================= */
 
-/* With one or two tokens there is nothing to amortize a repack over, so the
- * decode kernels read the GGUF blocks in place: each row's block dot comes
+/* With up to GEMV_T tokens a repack costs more than it saves, so the decode
+ * kernels read the GGUF blocks in place: each row's block dot comes
  * out of vpdpbusd / vpmaddubsw as a vector of partial sums, and a tree of
  * in-lane shuffles folds 8 or 16 such vectors into one register holding the
  * exact block integer of each of the 16 rows. From there the float chain is

@@ -41,15 +41,18 @@
 /* One ISA level's implementations of the dispatched operations. The
  * signatures are kernels.h's. */
 struct kern__ops {
+    /* kern_matmul, arguments already checked, r0 < r1, n_tok > 0 */
     void (*matmul)(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0, int r1,
                    const void *xq, size_t x_row_bytes, int n_tok, float *y, int ldy);
+    /* kern_kv_dot, n_rows > 0 */
     void (*kv_dot)(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q, int d,
                    float *out);
+    /* kern_kv_accum, n_rows > 0, d > 0 */
     void (*kv_accum)(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w, int d,
                      float *out);
-    void (*kv_store)(enum dtype kv, const float *x, void *y, int n);
-    float (*dot_f32)(const float *a, const float *b, int n);
-    float (*sum_sq_f32)(const float *x, int n);
+    void (*kv_store)(enum dtype kv, const float *x, void *y, int n); /* kern_kv_store */
+    float (*dot_f32)(const float *a, const float *b, int n);         /* kern_dot_f32 */
+    float (*sum_sq_f32)(const float *x, int n);                      /* kern_sum_sq_f32 */
 };
 
 extern const struct kern__ops kern__ops_scalar;

@@ -46,11 +46,14 @@ static float sentinel(void)
 
 /* One random matmul problem. */
 struct prob {
-    enum dtype wt;
-    int rows, k, n_tok;
-    size_t wrb, xrb; /* padded strides */
-    uint8_t *W;      /* (rows, wrb) */
-    uint8_t *X;      /* (n_tok, xrb) quantized activations */
+    enum dtype wt; /* weight type */
+    int rows;      /* weight rows */
+    int k;         /* row length */
+    int n_tok;     /* activation rows */
+    size_t wrb;    /* bytes per weight row (padded at random) */
+    size_t xrb;    /* bytes per activation row (padded at random) */
+    uint8_t *W;    /* (rows, wrb) */
+    uint8_t *X;    /* (n_tok, xrb) quantized activations */
 };
 
 static void prob_init(struct prob *p, struct rng *r, enum dtype wt, int rows, int k, int n_tok)
@@ -227,10 +230,12 @@ TEST(invariance_batch_split_order)
             for (int t = 0; t < N; t++)
                 run(&p, 0, rows, t, 1, y + t * rows, rows);
             bad += !same_bits(full, y, rows * N);
-            /* two at a time (the decode kernels take 1 or 2 tokens) */
-            for (int t = 0; t < N; t += 2)
-                run(&p, 0, rows, t, t + 2 <= N ? 2 : 1, y + t * rows, rows);
-            bad += !same_bits(full, y, rows * N);
+            /* 2, 3, 4 at a time (the decode kernels take up to 4 tokens) */
+            for (int step = 2; step <= 4; step++) {
+                for (int t = 0; t < N; t += step)
+                    run(&p, 0, rows, t, t + step <= N ? step : N - t, y + t * rows, rows);
+                bad += !same_bits(full, y, rows * N);
+            }
             /* uneven token sub-batches */
             run(&p, 0, rows, 0, 7, y, rows);
             run(&p, 0, rows, 7, N - 7, y + 7 * rows, rows);
