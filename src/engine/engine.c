@@ -125,8 +125,9 @@ int inferd_model_load(const char *path, inferd_model **out, char *err, size_t er
     const void *data;
     if (gguf_get_arr(m->gguf, "tokenizer.ggml.tokens", &et, &n, &data, NULL) == 0 &&
         et == GGUF_VTYPE_STRING) {
+        int64_t k = gguf_find_key(m->gguf, "tokenizer.ggml.tokens");
         for (uint64_t i = 0; i < n && i < (uint64_t)m->hp.n_vocab; i++) {
-            struct gguf_str s = gguf_arr_str(m->gguf, "tokenizer.ggml.tokens", i);
+            struct gguf_str s = gguf_arr_str_at(m->gguf, k, i);
             if (s.len < 5 || s.ptr[0] != '<') continue;
             for (size_t j = 0; j < ARRAY_LEN(texts); j++)
                 if (strlen(texts[j]) == s.len && memcmp(texts[j], s.ptr, s.len) == 0)

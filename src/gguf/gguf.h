@@ -119,6 +119,9 @@ int gguf_get_arr(const struct gguf_file *f, const char *key, enum gguf_vtype *el
 /* i-th string of a string array (bounds-checked by CHECK: i < n). O(1): the
  * reader indexes string arrays at open time. */
 struct gguf_str gguf_arr_str(const struct gguf_file *f, const char *key, uint64_t i);
+/* Same by key index (gguf_find_key), for loops over large arrays: no name
+ * lookup per element. */
+struct gguf_str gguf_arr_str_at(const struct gguf_file *f, int64_t key_index, uint64_t i);
 
 /* ---- tensors ---- */
 int64_t gguf_n_tensors(const struct gguf_file *f);

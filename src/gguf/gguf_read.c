@@ -914,6 +914,12 @@ struct gguf_str gguf_arr_str(const struct gguf_file *f, const char *key, uint64_
 {
     int64_t k = gguf_find_key(f, key);
     CHECK(k >= 0);
+    return gguf_arr_str_at(f, k, i);
+}
+
+struct gguf_str gguf_arr_str_at(const struct gguf_file *f, int64_t k, uint64_t i)
+{
+    CHECK(k >= 0 && k < gguf_n_kv(f));
     const struct gguf_kv *kv = &f->kvs[k];
     CHECK(kv->type == GGUF_VTYPE_ARRAY && kv->elem_type == GGUF_VTYPE_STRING);
     CHECK(i < kv->n);

@@ -175,8 +175,9 @@ static void fingerprint(struct model *m)
         const void *data;
         if (gguf_get_arr(m->gguf, tok_keys[k], &et, &n, &data, NULL) || et != GGUF_VTYPE_STRING)
             continue;
+        int64_t ki = gguf_find_key(m->gguf, tok_keys[k]);
         for (uint64_t i = 0; i < n; i++) {
-            struct gguf_str s = gguf_arr_str(m->gguf, tok_keys[k], i);
+            struct gguf_str s = gguf_arr_str_at(m->gguf, ki, i);
             XXH3_128bits_update(st, &s.len, sizeof(s.len));
             XXH3_128bits_update(st, s.ptr, s.len);
         }
