@@ -21,7 +21,9 @@
 #include "kernels/kernels_impl.h"
 
 #include <errno.h>
+#include <cpuid.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -41,8 +43,11 @@ static int isa_cur = -1;                        /* atomic; -1 before init */
 static enum kern_isa cpu_level(void)
 {
     __builtin_cpu_init();
-    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-          __builtin_cpu_supports("f16c")))
+    /* f16c straight from CPUID leaf 1: not every compiler's
+     * __builtin_cpu_supports knows the name. */
+    unsigned a, b, c, d;
+    bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c))
         return KERN_ISA_SCALAR;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&

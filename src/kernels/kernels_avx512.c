@@ -887,12 +887,6 @@ AI void gemv_q4_0(const struct qgemv *g, int r, const int T)
         gemv_store(g, r, t, acc[t], SIGMA4); /* SIGMA4 is its own inverse */
 }
 
-static inline uint64_t ld64(const void *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
 
 /* vpshufb controls: word lanes of 128-bit lanes 0-1 get scale a, 2-3 scale b
  * (from a qword of 8 scales repeated in every 128-bit lane). */

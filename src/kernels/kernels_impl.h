@@ -152,6 +152,11 @@ static inline float kern__tree16(const float l[16])
     return c[0] + c[1];
 }
 
+/* AVX-512 activation quantizers (quant_act_avx512.c), bit-identical to the
+ * reference; kern_quantize_act calls them at that level. */
+void kern__quantize_q8_0_avx512(const float *x, void *out, int k);
+void kern__quantize_q8_K_avx512(const float *x, void *out, int k);
+
 /* Scalar reference pieces the SIMD files fall back to for odd cases. */
 void kern__matmul_ref(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0, int r1,
                       const void *xq, size_t x_row_bytes, int n_tok, float *y, int ldy);

@@ -351,9 +351,17 @@ void kern_quantize_act(enum dtype wt, const float *x, void *xq, int k)
             ((uint16_t *)xq)[i] = kern__f32_to_bf16(x[i]);
         return;
     case DTYPE_Q8_0:
+        if (kern_isa() == KERN_ISA_AVX512) {
+            kern__quantize_q8_0_avx512(x, xq, k);
+            return;
+        }
         quantize_q8_0(x, xq, k / QK8_0);
         return;
     case DTYPE_Q8_K:
+        if (kern_isa() == KERN_ISA_AVX512) {
+            kern__quantize_q8_K_avx512(x, xq, k);
+            return;
+        }
         for (int b = 0; b < k / QK_K; b++, x += QK_K) {
             struct block_q8_K *y = (struct block_q8_K *)xq + b;
             float d = amax_of(x, QK_K) / 127.0f;

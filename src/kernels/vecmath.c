@@ -34,7 +34,7 @@ static float exp_ref(float x)
     p = p * f + 1.0f;
     int32_t bits;
     memcpy(&bits, &p, 4);
-    bits += (int32_t)n << 23;
+    bits += (int32_t)((uint32_t)(int32_t)n << 23);
     memcpy(&p, &bits, 4);
     return p;
 }
