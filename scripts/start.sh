@@ -11,7 +11,8 @@ mkdir -p "$data/models"
 if [ ! -f "$model" ]; then
     "$bin" model make --preset tiny --arch qwen3 --type q8_0 -o "$model"
 fi
-"$bin" model info "$model" | head -20
+"$bin" model info "$model" >"$data/model-info.txt"
+sed -n 1,4p "$data/model-info.txt"
 echo
 echo "inferd run -m $model --tokens 9707,11,1879,0 -n 32"
 "$bin" run -m "$model" --tokens 9707,11,1879,0 -n 32 --temp 0.7 --seed 1

@@ -247,6 +247,7 @@ int cmd_run(int argc, char **argv)
     }
     double t1 = time_now_s();
     printf("\n");
+    fflush(stdout);
     /* With a crowd the timings include the others' work; they are the
      * request's own wall-clock rates. */
     fprintf(stderr, "prompt: %d tokens, %.1f tokens/s | generation: %d tokens, %.1f tokens/s | finish: %s\n",
