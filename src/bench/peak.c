@@ -18,6 +18,7 @@ struct peak_job {
     const uint8_t *buf;  /* read buffer */
     size_t bytes;        /* its size */
     long iters;          /* rounds for arithmetic loops */
+    bool avx512;         /* read with 512-bit loads */
     double work[256];    /* per thread: bytes or ops done */
 };
 
@@ -29,7 +30,9 @@ static void peak_worker(void *arg, int ith, int nth)
         int lo, hi;
         int n_pages = (int)(j->bytes / 4096);
         tpool_split(n_pages, 1, ith, nth, &lo, &hi);
-        j->work[ith] = peak__read_avx2(j->buf + (size_t)lo * 4096, (size_t)(hi - lo) * 4096);
+        const uint8_t *b = j->buf + (size_t)lo * 4096;
+        size_t n = (size_t)(hi - lo) * 4096;
+        j->work[ith] = j->avx512 ? peak__read_avx512(b, n) : peak__read_avx2(b, n);
         break;
     }
     case PEAK_FMA512: j->work[ith] = peak__fma_avx512(j->iters); break;
@@ -65,7 +68,8 @@ void peak_measure(struct tpool *pool, struct peak *out)
         memset(buf, 1, j.bytes);
         j.buf = buf;
         j.kind = PEAK_READ;
-        out->read_gbs = best_rate(pool, &j, 4);
+        j.avx512 = avx512;
+        out->read_gbs = best_rate(pool, &j, 6);
         free(buf);
     }
     j.iters = 4000000;

@@ -31,5 +31,6 @@ double peak__bf16_avx512(long iters);
 double peak__vnni_avx512(long iters);
 double peak__fma_avx2(long iters);
 double peak__read_avx2(const void *buf, size_t bytes);
+double peak__read_avx512(const void *buf, size_t bytes);
 
 #endif

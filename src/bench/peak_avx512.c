@@ -53,3 +53,18 @@ double peak__vnni_avx512(long iters)
     /* 16 lanes x 4 products x (mul + add) */
     return (double)iters * CHAINS * 16 * 4 * 2;
 }
+
+static volatile long long sink_rd;
+
+double peak__read_avx512(const void *buf, size_t bytes)
+{
+    const __m512i *p = buf;
+    size_t n = bytes / 64;
+    __m512i a[8];
+    for (int i = 0; i < 8; i++) a[i] = _mm512_setzero_si512();
+    for (size_t i = 0; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) a[j] = _mm512_add_epi64(a[j], _mm512_load_si512(p + i + j));
+    for (int j = 1; j < 8; j++) a[0] = _mm512_add_epi64(a[0], a[j]);
+    sink_rd = _mm512_reduce_add_epi64(a[0]);
+    return (double)bytes;
+}

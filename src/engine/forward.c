@@ -30,6 +30,7 @@
 #include "kernels/vecmath.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 enum { ACT_F32, ACT_BF16, ACT_Q8_0, ACT_Q8_K, ACT_COUNT };
@@ -53,6 +54,8 @@ struct fwd_ctx {
     uint8_t *act[ACT_COUNT]; /* (max_tokens, act row bytes of the widest input) per act type */
     size_t act_stride;      /* bytes between activation rows (any type) */
     int32_t *out_rows;      /* (max_tokens) batch index of each wanted token */
+    _Atomic int *op_next;   /* (n_ops) next free row of each matmul of a pass */
+    int n_ops;              /* matmuls per pass: 7 per layer + output */
     /* per-call state, set by fwd_run before fanning out */
     const struct fwd_batch *b; /* current batch */
     float *logits;             /* (n_out, V) */
@@ -115,6 +118,8 @@ int fwd_ctx_new(const struct model *m, struct kv_pool *kv, struct tpool *pool, i
     c->act_stride = ((size_t)widest * sizeof(float) + 63) & ~(size_t)63;
     for (int i = 0; i < ACT_COUNT; i++) c->act[i] = xaligned_alloc(c->act_stride * T);
     c->out_rows = xmalloc(sizeof(int32_t) * T);
+    c->n_ops = 7 * hp->n_layer + 1;
+    c->op_next = xcalloc((size_t)c->n_ops, sizeof(*c->op_next));
     *out = c;
     return 0;
 }
@@ -134,6 +139,7 @@ void fwd_ctx_free(struct fwd_ctx *c)
     free(c->scores);
     for (int i = 0; i < ACT_COUNT; i++) free(c->act[i]);
     free(c->out_rows);
+    free((void *)c->op_next);
     free(c);
 }
 
@@ -181,15 +187,34 @@ static void prep_act(struct fwd_ctx *c, const float *x, int k, const struct gguf
 }
 
 /* This thread's share of y = W act for n_tok tokens; y has ldy floats per token. */
+/* This thread's share of y = W act for n_tok tokens; y has ldy floats per
+ * token. Threads take chunks of rows from the op's counter until none are
+ * left, so a thread slowed by the memory system or the OS does not hold the
+ * others at the next barrier. Which thread computes a row does not change its
+ * bits (kern_matmul's contract). *op numbers the matmuls of the pass; every
+ * thread calls them in the same order. */
 static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, int n_tok, float *y, int ldy,
-                   int ith, int nth)
+                   int *op, int nth)
 {
-    int rows = (int)w->ne[1], k = (int)w->ne[0];
-    int r0, r1;
-    tpool_split(rows, 16, ith, nth, &r0, &r1);
-    if (r0 >= r1 || n_tok == 0) return;
-    kern_matmul(w->type, w->data, dtype_row_size(w->type, k), k, r0, r1,
-                c->act[act_index(w->type)], c->act_stride, n_tok, y, ldy);
+    const int rows = (int)w->ne[1], k = (int)w->ne[0];
+    _Atomic int *next = &c->op_next[(*op)++];
+    CHECK(*op <= c->n_ops);
+    if (n_tok == 0) return;
+    const size_t rb = dtype_row_size(w->type, k);
+    const void *act = c->act[act_index(w->type)];
+    if (nth == 1) {
+        kern_matmul(w->type, w->data, rb, k, 0, rows, act, c->act_stride, n_tok, y, ldy);
+        return;
+    }
+    /* ~8 grabs per thread, whole 16-row panels, at most 512 rows a grab. */
+    int chunk = (rows / (nth * 8) + 15) & ~15;
+    chunk = MAX(16, MIN(512, chunk));
+    for (;;) {
+        int r0 = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed);
+        if (r0 >= rows) return;
+        kern_matmul(w->type, w->data, rb, k, r0, MIN(rows, r0 + chunk), act, c->act_stride,
+                    n_tok, y, ldy);
+    }
 }
 
 /* Attention of token t, query head h, over positions [0, pos] of its sequence. */
@@ -260,7 +285,7 @@ static void fwd_worker(void *arg, int ith, int nth)
     const struct fwd_batch *b = c->b;
     const int T = b->n_tokens, E = hp->n_embd, hd = hp->head_dim;
     const int Q = hp->n_head * hd, KV = hp->n_head_kv * hd, F = hp->n_ff;
-    int t0, t1;
+    int t0, t1, op = 0;
     tpool_split(T, 1, ith, nth, &t0, &t1);
 
     /* Embeddings and per-token rope tables. */
@@ -287,9 +312,9 @@ static void fwd_worker(void *arg, int ith, int nth)
         prep_act(c, c->h, E, qkv, 3, t0, t1);
         tpool_barrier(c->pool);
 
-        matmul(c, L->wq, T, c->q, Q, ith, nth);
-        matmul(c, L->wk, T, c->k, KV, ith, nth);
-        matmul(c, L->wv, T, c->v, KV, ith, nth);
+        matmul(c, L->wq, T, c->q, Q, &op, nth);
+        matmul(c, L->wk, T, c->k, KV, &op, nth);
+        matmul(c, L->wv, T, c->v, KV, &op, nth);
         tpool_barrier(c->pool);
 
         for (int t = t0; t < t1; t++) qkv_post(c, L, il, t);
@@ -303,7 +328,7 @@ static void fwd_worker(void *arg, int ith, int nth)
 
         prep_act(c, c->h, Q, &L->wo, 1, t0, t1);
         tpool_barrier(c->pool);
-        matmul(c, L->wo, T, c->o, E, ith, nth);
+        matmul(c, L->wo, T, c->o, E, &op, nth);
         tpool_barrier(c->pool);
 
         const struct gguf_tensor *gu[2] = {L->w_gate, L->w_up};
@@ -314,14 +339,14 @@ static void fwd_worker(void *arg, int ith, int nth)
         }
         prep_act(c, c->h, E, gu, 2, t0, t1);
         tpool_barrier(c->pool);
-        matmul(c, L->w_gate, T, c->g, F, ith, nth);
-        matmul(c, L->w_up, T, c->u, F, ith, nth);
+        matmul(c, L->w_gate, T, c->g, F, &op, nth);
+        matmul(c, L->w_up, T, c->u, F, &op, nth);
         tpool_barrier(c->pool);
 
         for (int t = t0; t < t1; t++) kern_silu_mul(c->g + (size_t)t * F, c->u + (size_t)t * F, F);
         prep_act(c, c->g, F, &L->w_down, 1, t0, t1);
         tpool_barrier(c->pool);
-        matmul(c, L->w_down, T, c->o, E, ith, nth);
+        matmul(c, L->w_down, T, c->o, E, &op, nth);
         tpool_barrier(c->pool);
 
         for (int t = t0; t < t1; t++) {
@@ -340,7 +365,7 @@ static void fwd_worker(void *arg, int ith, int nth)
                 hp->rms_eps);
     prep_act(c, c->h, E, &m->output, 1, o0, o1);
     tpool_barrier(c->pool);
-    matmul(c, m->output, c->n_out, c->logits, hp->n_vocab, ith, nth);
+    matmul(c, m->output, c->n_out, c->logits, hp->n_vocab, &op, nth);
 }
 
 int fwd_run(struct fwd_ctx *c, const struct fwd_batch *b, float *logits, struct err_msg *msg)
@@ -368,6 +393,7 @@ int fwd_run(struct fwd_ctx *c, const struct fwd_batch *b, float *logits, struct 
     c->b = b;
     c->logits = logits;
     c->n_out = n_out;
+    for (int i = 0; i < c->n_ops; i++) atomic_store_explicit(&c->op_next[i], 0, memory_order_relaxed);
     tpool_run(c->pool, fwd_worker, c);
     c->b = NULL;
     return 0;
