@@ -17,9 +17,8 @@
  * K-quants need k % 256 == 0, so their first shape is 4864 x 1024.
  * Times are thread CPU time, so time the scheduler hands to other processes
  * does not count (bandwidth contention still does). Not a test: figures
- * depend on the machine and its load. Build by hand against a build dir:
- *   cc -O2 -mavx512f -mavx512bw -mavx512vnni -mavx512bf16 -Isrc \
- *      bench/kernels/bench_kernels.c build/<dir>/libinferd_core.a -lm -lpthread
+ * depend on the machine and its load. Built as build/release/bench_kernels
+ * (it needs an AVX-512 machine to run).
  * Usage: bench_kernels [isa [trials]]   (isa: scalar | avx2 | avx512)
  */
 #include "kernels/kernels.h"

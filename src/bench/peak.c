@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <string.h>
+#include <sys/mman.h>
 
 enum peak_kind { PEAK_READ, PEAK_FMA512, PEAK_BF16, PEAK_VNNI, PEAK_FMA256 };
 
@@ -55,6 +56,26 @@ static double best_rate(struct tpool *pool, struct peak_job *j, int reps)
     return best * 1e-9;
 }
 
+double peak_read_gbs(struct tpool *pool, const void *buf, size_t bytes, int reps)
+{
+    struct peak_job j = {0};
+    j.kind = PEAK_READ;
+    j.buf = buf;
+    j.bytes = bytes;
+    j.avx512 = __builtin_cpu_supports("avx512f");
+    return best_rate(pool, &j, reps);
+}
+
+void *peak_read_buffer(size_t bytes)
+{
+    uint8_t *buf = xaligned_alloc(bytes);
+    /* Huge pages where the kernel allows: TLB misses would otherwise make
+     * the figure vary from run to run. */
+    madvise(buf, bytes, MADV_HUGEPAGE);
+    memset(buf, 1, bytes);
+    return buf;
+}
+
 void peak_measure(struct tpool *pool, struct peak *out)
 {
     memset(out, 0, sizeof(*out));
@@ -63,13 +84,8 @@ void peak_measure(struct tpool *pool, struct peak *out)
     bool avx512 = __builtin_cpu_supports("avx512f");
     if (__builtin_cpu_supports("avx2")) {
         /* 1 GiB: far beyond any cache, so this is DRAM. */
-        j.bytes = (size_t)1 << 30;
-        uint8_t *buf = xaligned_alloc(j.bytes);
-        memset(buf, 1, j.bytes);
-        j.buf = buf;
-        j.kind = PEAK_READ;
-        j.avx512 = avx512;
-        out->read_gbs = best_rate(pool, &j, 6);
+        void *buf = peak_read_buffer((size_t)1 << 30);
+        out->read_gbs = peak_read_gbs(pool, buf, (size_t)1 << 30, 6);
         free(buf);
     }
     j.iters = 4000000;

@@ -24,6 +24,11 @@ struct peak {
 /* Measures with every thread of pool. */
 void peak_measure(struct tpool *pool, struct peak *out);
 
+/* A read-bandwidth probe to run right next to a measurement: a buffer made
+ * once (free with free()), read best-of-reps on every pool thread. GB/s. */
+void *peak_read_buffer(size_t bytes);
+double peak_read_gbs(struct tpool *pool, const void *buf, size_t bytes, int reps);
+
 /* ISA bodies (peak_avx512.c / peak_avx2.c): operations done in `iters`
  * rounds; return 0 when the ISA is missing. */
 double peak__fma_avx512(long iters);
