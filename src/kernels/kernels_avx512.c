@@ -56,7 +56,7 @@
 #define FTILE_R 4  /* weight rows per float register tile */
 #define FTILE_T 6  /* tokens per float register tile */
 
-#define L2_ACT (384 * 1024) /* activation bytes a token block may keep in L2 */
+#define L2_ACT (2048 * 1024) /* activation bytes a token block may keep in L2 */
 
 /* ---- small helpers ---- */
 
