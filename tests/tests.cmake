@@ -43,7 +43,8 @@ endforeach()
 # Script tests (numpy reference, CLI checks): tests/reference/*.sh and
 # tests/cli/*.sh get INFERD_BIN and a scratch directory.
 file(GLOB SCRIPT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/reference/test_*.sh
-                                         ${CMAKE_SOURCE_DIR}/tests/cli/test_*.sh)
+                                         ${CMAKE_SOURCE_DIR}/tests/cli/test_*.sh
+                                         ${CMAKE_SOURCE_DIR}/tests/lint/test_*.sh)
 foreach(sh ${SCRIPT_TESTS})
   get_filename_component(name ${sh} NAME_WE)
   get_filename_component(dir ${sh} DIRECTORY)

@@ -47,12 +47,12 @@ int inferd_model_eog_tokens(const inferd_model *m, int32_t *ids, int cap);
 enum inferd_kv_type { INFERD_KV_F16, INFERD_KV_BF16, INFERD_KV_F32 };
 
 struct inferd_engine_config {
-    int n_threads;             /* compute threads incl. the caller (0: all cores) */
-    int kv_blocks;             /* KV blocks in the pool (0: fit max_ctx * max_seqs) */
-    int block_tokens;          /* positions per KV block (0: 16) */
-    int token_budget;          /* tokens per forward step (0: 512) */
-    int max_seqs;              /* running requests at once (0: 64) */
-    int max_ctx;               /* longest request in positions (0: min(trained, 4096)) */
+    int n_threads;               /* compute threads incl. the caller (0: all cores) */
+    int kv_blocks;               /* KV blocks in the pool (0: fit max_ctx * max_seqs) */
+    int block_tokens;            /* positions per KV block (0: 16) */
+    int token_budget;            /* tokens per forward step (0: 512) */
+    int max_seqs;                /* running requests at once (0: 64) */
+    int max_ctx;                 /* longest request in positions (0: min(trained, 4096)) */
     enum inferd_kv_type kv_type; /* KV element type */
 };
 
@@ -80,38 +80,43 @@ struct inferd_sampling {
     bool logprobs;            /* report each token's logprob (costs a vocabulary pass) */
     int n_logprobs;           /* top alternatives per token, 0..20 (needs logprobs) */
     const struct inferd_logit_bias *logit_bias; /* (n_logit_bias), copied at submit */
-    int n_logit_bias;         /* entries */
+    int n_logit_bias;                           /* entries */
 };
 
 void inferd_sampling_default(struct inferd_sampling *s);
 
 struct inferd_request {
-    const int32_t *prompt;     /* (n_prompt) token ids, copied at submit */
-    int n_prompt;              /* >= 1 */
-    int max_tokens;            /* tokens to generate at most (>= 1) */
-    bool ignore_eos;           /* keep going past end-of-generation tokens */
-    int priority;              /* higher runs first (reserved for the scheduler) */
+    const int32_t *prompt;           /* (n_prompt) token ids, copied at submit */
+    int n_prompt;                    /* >= 1 */
+    int max_tokens;                  /* tokens to generate at most (>= 1) */
+    bool ignore_eos;                 /* keep going past end-of-generation tokens */
+    int priority;                    /* higher runs first (reserved for the scheduler) */
     struct inferd_sampling sampling; /* how to pick tokens */
 };
 
-enum inferd_finish { INFERD_FINISH_NONE, INFERD_FINISH_STOP, INFERD_FINISH_LENGTH,
-                     INFERD_FINISH_CANCELLED, INFERD_FINISH_ERROR };
+enum inferd_finish {
+    INFERD_FINISH_NONE,
+    INFERD_FINISH_STOP,
+    INFERD_FINISH_LENGTH,
+    INFERD_FINISH_CANCELLED,
+    INFERD_FINISH_ERROR
+};
 
 struct inferd_token_logprob {
-    int32_t token;  /* id */
-    float logprob;  /* natural log of its probability under the raw logits */
+    int32_t token; /* id */
+    float logprob; /* natural log of its probability under the raw logits */
 };
 
 struct inferd_event {
-    uint64_t request;          /* id from inferd_submit */
-    int32_t token;             /* generated token (-1 on a pure finish event) */
-    float logprob;             /* of token; 0 unless sampling.logprobs */
-    int n_top;                 /* valid entries of top */
+    uint64_t request;                    /* id from inferd_submit */
+    int32_t token;                       /* generated token (-1 on a pure finish event) */
+    float logprob;                       /* of token; 0 unless sampling.logprobs */
+    int n_top;                           /* valid entries of top */
     struct inferd_token_logprob top[20]; /* alternatives, most likely first */
-    enum inferd_finish finish; /* NONE while the request goes on */
-    int n_prompt;              /* prompt tokens (on finish) */
-    int n_generated;           /* generated so far */
-    int error;                 /* on INFERD_FINISH_ERROR: the code */
+    enum inferd_finish finish;           /* NONE while the request goes on */
+    int n_prompt;                        /* prompt tokens (on finish) */
+    int n_generated;                     /* generated so far */
+    int error;                           /* on INFERD_FINISH_ERROR: the code */
 };
 
 /* Validates and queues the request. Errors: ERR_INVALID-class codes with a
@@ -130,11 +135,11 @@ int inferd_engine_step(inferd_engine *e);
 bool inferd_poll(inferd_engine *e, struct inferd_event *ev);
 
 struct inferd_stats {
-    int n_waiting;        /* requests not yet started */
-    int n_running;        /* requests with KV in the cache */
-    int kv_blocks_total;  /* pool size */
-    int kv_blocks_used;   /* referenced blocks */
-    uint64_t n_steps;     /* forward steps run */
+    int n_waiting;               /* requests not yet started */
+    int n_running;               /* requests with KV in the cache */
+    int kv_blocks_total;         /* pool size */
+    int kv_blocks_used;          /* referenced blocks */
+    uint64_t n_steps;            /* forward steps run */
     uint64_t n_prompt_tokens;    /* prefill tokens computed */
     uint64_t n_generated_tokens; /* tokens sampled */
 };

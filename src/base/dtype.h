@@ -25,9 +25,9 @@ enum dtype {
 };
 
 struct dtype_info {
-    const char *name;  /* "q8_0", NULL for ids we do not support */
-    int blck;          /* elements per block (1 for float types) */
-    size_t type_size;  /* bytes per block */
+    const char *name; /* "q8_0", NULL for ids we do not support */
+    int blck;         /* elements per block (1 for float types) */
+    size_t type_size; /* bytes per block */
 };
 
 /* NULL-named entry for unsupported / unknown ids; t may be any value. */

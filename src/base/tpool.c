@@ -28,18 +28,18 @@ struct worker {
 };
 
 struct tpool {
-    int nth;                      /* threads including the caller */
-    struct worker *workers;       /* (nth - 1) */
-    _Atomic unsigned gen;         /* bumped once per tpool_run */
-    _Atomic int n_done;           /* workers finished with the current gen */
-    _Atomic int n_sleeping;       /* workers blocked on cond */
-    _Atomic bool stop;            /* set by tpool_free */
-    tpool_fn fn;                  /* current job, valid while gen is current */
-    void *ctx;                    /* argument to fn */
-    _Atomic int barrier_left;     /* arrivals still expected */
+    int nth;                        /* threads including the caller */
+    struct worker *workers;         /* (nth - 1) */
+    _Atomic unsigned gen;           /* bumped once per tpool_run */
+    _Atomic int n_done;             /* workers finished with the current gen */
+    _Atomic int n_sleeping;         /* workers blocked on cond */
+    _Atomic bool stop;              /* set by tpool_free */
+    tpool_fn fn;                    /* current job, valid while gen is current */
+    void *ctx;                      /* argument to fn */
+    _Atomic int barrier_left;       /* arrivals still expected */
     _Atomic unsigned barrier_phase; /* flips when a barrier opens */
-    pthread_mutex_t mu;           /* guards sleeping on cond */
-    pthread_cond_t cond;          /* signalled on new gen or stop */
+    pthread_mutex_t mu;             /* guards sleeping on cond */
+    pthread_cond_t cond;            /* signalled on new gen or stop */
 };
 
 static inline void cpu_relax(void)
@@ -73,8 +73,10 @@ static void *worker_main(void *arg)
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
                !atomic_load_explicit(&p->stop, memory_order_acquire)) {
             if (++spins < SPIN_ROUNDS) {
-                if (spins % 1024 == 0) sched_yield();
-                else cpu_relax();
+                if (spins % 1024 == 0)
+                    sched_yield();
+                else
+                    cpu_relax();
                 continue;
             }
             pthread_mutex_lock(&p->mu);
@@ -117,7 +119,8 @@ void tpool_free(struct tpool *p)
     atomic_store(&p->stop, true);
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->mu);
-    for (int i = 1; i < p->nth; i++) pthread_join(p->workers[i - 1].thread, NULL);
+    for (int i = 1; i < p->nth; i++)
+        pthread_join(p->workers[i - 1].thread, NULL);
     pthread_cond_destroy(&p->cond);
     pthread_mutex_destroy(&p->mu);
     free(p->workers);
@@ -146,7 +149,8 @@ void tpool_run(struct tpool *p, tpool_fn fn, void *ctx)
     }
     fn(ctx, 0, p->nth);
     unsigned spins = 0;
-    while (atomic_load_explicit(&p->n_done, memory_order_acquire) != p->nth - 1) wait_step(&spins);
+    while (atomic_load_explicit(&p->n_done, memory_order_acquire) != p->nth - 1)
+        wait_step(&spins);
 }
 
 void tpool_barrier(struct tpool *p)
@@ -159,7 +163,8 @@ void tpool_barrier(struct tpool *p)
         return;
     }
     unsigned spins = 0;
-    while (atomic_load_explicit(&p->barrier_phase, memory_order_acquire) == phase) wait_step(&spins);
+    while (atomic_load_explicit(&p->barrier_phase, memory_order_acquire) == phase)
+        wait_step(&spins);
 }
 
 void tpool_split(int n, int align, int ith, int nth, int *lo, int *hi)

@@ -36,10 +36,18 @@ static void peak_worker(void *arg, int ith, int nth)
         j->work[ith] = j->avx512 ? peak__read_avx512(b, n) : peak__read_avx2(b, n);
         break;
     }
-    case PEAK_FMA512: j->work[ith] = peak__fma_avx512(j->iters); break;
-    case PEAK_BF16: j->work[ith] = peak__bf16_avx512(j->iters); break;
-    case PEAK_VNNI: j->work[ith] = peak__vnni_avx512(j->iters); break;
-    case PEAK_FMA256: j->work[ith] = peak__fma_avx2(j->iters); break;
+    case PEAK_FMA512:
+        j->work[ith] = peak__fma_avx512(j->iters);
+        break;
+    case PEAK_BF16:
+        j->work[ith] = peak__bf16_avx512(j->iters);
+        break;
+    case PEAK_VNNI:
+        j->work[ith] = peak__vnni_avx512(j->iters);
+        break;
+    case PEAK_FMA256:
+        j->work[ith] = peak__fma_avx2(j->iters);
+        break;
     }
 }
 
@@ -50,7 +58,8 @@ static double best_rate(struct tpool *pool, struct peak_job *j, int reps)
         double t0 = time_now_s();
         tpool_run(pool, peak_worker, j);
         double dt = time_now_s() - t0, work = 0;
-        for (int i = 0; i < tpool_size(pool); i++) work += j->work[i];
+        for (int i = 0; i < tpool_size(pool); i++)
+            work += j->work[i];
         if (work / dt > best) best = work / dt;
     }
     return best * 1e-9;

@@ -15,10 +15,10 @@
 #include <stddef.h>
 
 struct peak {
-    double read_gbs;     /* memory read bandwidth, GB/s (1e9 bytes) */
-    double fma_gflops;   /* FP32 FMA, GFLOP/s (2 per lane-op) */
-    double bf16_gflops;  /* BF16 dot (vdpbf16ps), GFLOP/s; 0 if the CPU lacks it */
-    double vnni_gops;    /* int8 dot (vpdpbusd), GOP/s; 0 if the CPU lacks it */
+    double read_gbs;    /* memory read bandwidth, GB/s (1e9 bytes) */
+    double fma_gflops;  /* FP32 FMA, GFLOP/s (2 per lane-op) */
+    double bf16_gflops; /* BF16 dot (vdpbf16ps), GFLOP/s; 0 if the CPU lacks it */
+    double vnni_gops;   /* int8 dot (vpdpbusd), GOP/s; 0 if the CPU lacks it */
 };
 
 /* Measures with every thread of pool. */

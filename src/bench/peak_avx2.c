@@ -14,12 +14,15 @@ static volatile long long sink_i;
 double peak__fma_avx2(long iters)
 {
     __m256 acc[CHAINS];
-    for (int i = 0; i < CHAINS; i++) acc[i] = _mm256_set1_ps((float)i * 1e-3f);
+    for (int i = 0; i < CHAINS; i++)
+        acc[i] = _mm256_set1_ps((float)i * 1e-3f);
     const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
     for (long it = 0; it < iters; it++)
-        for (int i = 0; i < CHAINS; i++) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+        for (int i = 0; i < CHAINS; i++)
+            acc[i] = _mm256_fmadd_ps(acc[i], a, b);
     __m256 s = acc[0];
-    for (int i = 1; i < CHAINS; i++) s = _mm256_add_ps(s, acc[i]);
+    for (int i = 1; i < CHAINS; i++)
+        s = _mm256_add_ps(s, acc[i]);
     float out[8];
     _mm256_storeu_ps(out, s);
     sink_f = out[0] + out[7];

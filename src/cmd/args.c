@@ -15,7 +15,8 @@ bool arg_int(const char *opt, const char *s, long lo, long hi, long *out)
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "inferd: %s: expected an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, s);
+        fprintf(stderr, "inferd: %s: expected an integer in [%ld, %ld], got '%s'\n", opt, lo, hi,
+                s);
         return false;
     }
     *out = v;
@@ -45,8 +46,9 @@ bool arg_tokens(const char *opt, const char *s, int32_t **out, int *n)
         errno = 0;
         long v = strtol(p, &end, 10);
         if (errno || end == p || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
-            fprintf(stderr, "inferd: %s: expected comma-separated token ids, bad entry #%d in '%s'\n",
-                    opt, k + 1, s);
+            fprintf(stderr,
+                    "inferd: %s: expected comma-separated token ids, bad entry #%d in '%s'\n", opt,
+                    k + 1, s);
             free(ids);
             return false;
         }

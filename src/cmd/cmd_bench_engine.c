@@ -33,11 +33,11 @@
  * model_load directly (a second mapping of the same file costs nothing). */
 
 struct bench_fig {
-    const char *name;   /* "pp512", "tg128", "batch16" */
-    int batch;          /* concurrent sequences */
-    double tok_s;       /* tokens per second */
-    double limit_pct;   /* share of the physical limit */
-    const char *limit;  /* which limit */
+    const char *name;  /* "pp512", "tg128", "batch16" */
+    int batch;         /* concurrent sequences */
+    double tok_s;      /* tokens per second */
+    double limit_pct;  /* share of the physical limit */
+    const char *limit; /* which limit */
 };
 
 static uint64_t rng_state = 0xbe9c4;
@@ -52,9 +52,10 @@ static int32_t rand_tok(int n_vocab)
 static int submit_random(inferd_engine *e, int n_vocab, int n_prompt, int max_tokens)
 {
     int32_t *p = xmalloc(sizeof(int32_t) * (size_t)n_prompt);
-    for (int i = 0; i < n_prompt; i++) p[i] = rand_tok(n_vocab);
-    struct inferd_request r = {.prompt = p, .n_prompt = n_prompt, .max_tokens = max_tokens,
-                               .ignore_eos = true};
+    for (int i = 0; i < n_prompt; i++)
+        p[i] = rand_tok(n_vocab);
+    struct inferd_request r = {
+        .prompt = p, .n_prompt = n_prompt, .max_tokens = max_tokens, .ignore_eos = true};
     inferd_sampling_default(&r.sampling);
     r.sampling.temperature = 0;
     uint64_t id;
@@ -69,7 +70,8 @@ static int drain(inferd_engine *e)
 {
     struct inferd_event ev;
     int n = 0;
-    while (inferd_poll(e, &ev)) n++;
+    while (inferd_poll(e, &ev))
+        n++;
     return n;
 }
 
@@ -77,7 +79,8 @@ static int drain(inferd_engine *e)
 static double run_all(inferd_engine *e)
 {
     double t0 = time_now_s();
-    while (inferd_engine_step(e) > 0) drain(e);
+    while (inferd_engine_step(e) > 0)
+        drain(e);
     return time_now_s() - t0;
 }
 
@@ -124,8 +127,10 @@ int cmd_bench_engine(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fprintf(stderr, "usage: inferd bench-engine -m MODEL [--threads N] [--pp N] [--tg N]\n"
-                            "                           [--batches 4,16,64] [--kv f16|bf16|f32] [--json]\n");
+            fprintf(
+                stderr,
+                "usage: inferd bench-engine -m MODEL [--threads N] [--pp N] [--tg N]\n"
+                "                           [--batches 4,16,64] [--kv f16|bf16|f32] [--json]\n");
             return 0;
         }
         if (!strcmp(a, "--json")) {
@@ -133,7 +138,8 @@ int cmd_bench_engine(int argc, char **argv)
             continue;
         }
         if (!(val = arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m")) model_path = val;
+        if (!strcmp(a, "-m"))
+            model_path = val;
         else if (!strcmp(a, "--threads")) {
             if (!arg_int(a, val, 1, 256, &threads)) return 2;
         } else if (!strcmp(a, "--pp")) {
@@ -141,8 +147,10 @@ int cmd_bench_engine(int argc, char **argv)
         } else if (!strcmp(a, "--tg")) {
             if (!arg_int(a, val, 2, 16384, &tg)) return 2;
         } else if (!strcmp(a, "--kv")) {
-            if (!strcmp(val, "f32")) kvt = INFERD_KV_F32;
-            else if (!strcmp(val, "bf16")) kvt = INFERD_KV_BF16;
+            if (!strcmp(val, "f32"))
+                kvt = INFERD_KV_F32;
+            else if (!strcmp(val, "bf16"))
+                kvt = INFERD_KV_BF16;
             else if (strcmp(val, "f16")) {
                 fprintf(stderr, "inferd: --kv: expected f16, bf16 or f32\n");
                 return 2;
@@ -152,7 +160,8 @@ int cmd_bench_engine(int argc, char **argv)
             int nb;
             if (!arg_tokens(a, val, &bs, &nb)) return 2;
             n_batches = MIN(nb, 8);
-            for (int k = 0; k < n_batches; k++) batches[k] = MAX(1, MIN(bs[k], 1024));
+            for (int k = 0; k < n_batches; k++)
+                batches[k] = MAX(1, MIN(bs[k], 1024));
             free(bs);
         } else {
             fprintf(stderr, "inferd: bench-engine: unknown option '%s'\n", a);
@@ -180,7 +189,8 @@ int cmd_bench_engine(int argc, char **argv)
     }
     const struct model_hparams *hp = &m->hp;
     int max_batch = 1;
-    for (int k = 0; k < n_batches; k++) max_batch = MAX(max_batch, batches[k]);
+    for (int k = 0; k < n_batches; k++)
+        max_batch = MAX(max_batch, batches[k]);
 
     struct inferd_engine_config cfg;
     inferd_engine_config_default(&cfg);
@@ -216,8 +226,10 @@ int cmd_bench_engine(int argc, char **argv)
     double body_params = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         const struct model_layer *L = &m->layers[il];
-        const struct gguf_tensor *ts[] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
-        for (size_t i = 0; i < ARRAY_LEN(ts); i++) body_params += (double)ts[i]->ne[0] * ts[i]->ne[1];
+        const struct gguf_tensor *ts[] = {L->wq,     L->wk,   L->wv,    L->wo,
+                                          L->w_gate, L->w_up, L->w_down};
+        for (size_t i = 0; i < ARRAY_LEN(ts); i++)
+            body_params += (double)ts[i]->ne[0] * ts[i]->ne[1];
     }
     enum dtype wt = m->layers[0].w_up->type;
     const char *peak_name;
@@ -250,8 +262,8 @@ int cmd_bench_engine(int argc, char **argv)
         double dt = time_prefill(e, V, (int)pp);
         if (dt > 0 && dt < best) best = dt;
     }
-    double attn_flops = (double)hp->n_layer * hp->n_head * hp->head_dim * 2 * 2 *
-                        ((double)pp * (pp + 1) / 2);
+    double attn_flops =
+        (double)hp->n_layer * hp->n_head * hp->head_dim * 2 * 2 * ((double)pp * (pp + 1) / 2);
     double flops = 2 * body_params * pp + 2.0 * V * hp->n_embd + attn_flops;
     snprintf(names[n_figs], sizeof(names[0]), "pp%ld", pp);
     figs[n_figs] = (struct bench_fig){names[n_figs], 1, pp / best, 0, peak_name};
@@ -259,7 +271,8 @@ int cmd_bench_engine(int argc, char **argv)
 
     /* Decode at batch 1 and the batch sizes asked for. */
     int bsz[9] = {1};
-    for (int k = 0; k < n_batches; k++) bsz[k + 1] = batches[k];
+    for (int k = 0; k < n_batches; k++)
+        bsz[k + 1] = batches[k];
     for (int k = 0; k <= n_batches; k++) {
         int B = bsz[k], steps = k == 0 ? (int)tg : 32;
         double mean_ctx;
@@ -270,8 +283,10 @@ int cmd_bench_engine(int argc, char **argv)
         if (dt <= 0) break;
         double bytes = w_bytes + B * mean_ctx * kv_per_pos;
         local_bw[n_figs] = MAX(bw0, bw1);
-        if (k == 0) snprintf(names[n_figs], sizeof(names[0]), "tg%ld", tg);
-        else snprintf(names[n_figs], sizeof(names[0]), "decode-b%d", B);
+        if (k == 0)
+            snprintf(names[n_figs], sizeof(names[0]), "tg%ld", tg);
+        else
+            snprintf(names[n_figs], sizeof(names[0]), "decode-b%d", B);
         figs[n_figs] = (struct bench_fig){names[n_figs], B, B / dt, 0, "mem-read"};
         raw[n_figs++] = (struct fig_raw){dt, bytes};
     }
@@ -317,8 +332,8 @@ int cmd_bench_engine(int argc, char **argv)
         for (int i = 0; i < n_figs; i++) {
             if (local_bw[i] > 0)
                 printf("%-12s %6d %12.1f %9.1f%%  %s (%.1f GB/s probed around this test)\n",
-                       figs[i].name, figs[i].batch, figs[i].tok_s, figs[i].limit_pct,
-                       figs[i].limit, local_bw[i]);
+                       figs[i].name, figs[i].batch, figs[i].tok_s, figs[i].limit_pct, figs[i].limit,
+                       local_bw[i]);
             else
                 printf("%-12s %6d %12.1f %9.1f%%  %s (%.0f G/s)\n", figs[i].name, figs[i].batch,
                        figs[i].tok_s, figs[i].limit_pct, figs[i].limit, peak_ops);

@@ -39,9 +39,12 @@ static void run_usage(void)
 
 static bool parse_kv(const char *s, enum inferd_kv_type *out)
 {
-    if (!strcmp(s, "f16")) *out = INFERD_KV_F16;
-    else if (!strcmp(s, "bf16")) *out = INFERD_KV_BF16;
-    else if (!strcmp(s, "f32")) *out = INFERD_KV_F32;
+    if (!strcmp(s, "f16"))
+        *out = INFERD_KV_F16;
+    else if (!strcmp(s, "bf16"))
+        *out = INFERD_KV_BF16;
+    else if (!strcmp(s, "f32"))
+        *out = INFERD_KV_F32;
     else {
         fprintf(stderr, "inferd: --kv: expected f16, bf16 or f32, got '%s'\n", s);
         return false;
@@ -84,8 +87,10 @@ int cmd_run(int argc, char **argv)
             continue;
         }
         if (!(val = arg_value(argc, argv, &i))) goto usage;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = val;
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) text = val;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+            model_path = val;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
+            text = val;
         else if (!strcmp(a, "--tokens")) {
             free(prompt);
             if (!arg_tokens(a, val, &prompt, &n_prompt)) goto usage;
@@ -131,7 +136,8 @@ int cmd_run(int argc, char **argv)
         } else if (!strcmp(a, "--logprobs")) {
             if (!arg_int(a, val, 0, 20, &n_logprobs)) goto usage;
             sp.n_logprobs = (int)n_logprobs;
-        } else if (!strcmp(a, "--dump-logprobs")) dump_path = val;
+        } else if (!strcmp(a, "--dump-logprobs"))
+            dump_path = val;
         else {
             fprintf(stderr, "inferd: run: unknown option '%s'\n", a);
             goto usage;
@@ -187,8 +193,10 @@ int cmd_run(int argc, char **argv)
     for (long j = 0; j < batch_with; j++) {
         int n = 1 + (int)(mix(&rng) % (uint64_t)(2 * n_prompt + 8));
         int32_t *toks = xmalloc(sizeof(int32_t) * (size_t)n);
-        for (int i = 0; i < n; i++) toks[i] = (int32_t)(mix(&rng) % (uint64_t)n_vocab);
-        struct inferd_request r = {.prompt = toks, .n_prompt = n,
+        for (int i = 0; i < n; i++)
+            toks[i] = (int32_t)(mix(&rng) % (uint64_t)n_vocab);
+        struct inferd_request r = {.prompt = toks,
+                                   .n_prompt = n,
                                    .max_tokens = 1 + (int)(mix(&rng) % (uint64_t)max_tokens),
                                    .ignore_eos = true};
         inferd_sampling_default(&r.sampling);
@@ -201,8 +209,10 @@ int cmd_run(int argc, char **argv)
         }
         free(toks);
     }
-    struct inferd_request req = {.prompt = prompt, .n_prompt = n_prompt,
-                                 .max_tokens = (int)max_tokens, .ignore_eos = ignore_eos,
+    struct inferd_request req = {.prompt = prompt,
+                                 .n_prompt = n_prompt,
+                                 .max_tokens = (int)max_tokens,
+                                 .ignore_eos = ignore_eos,
                                  .sampling = sp};
     uint64_t id;
     if (inferd_submit(e, &req, &id, err, sizeof(err))) {
@@ -250,10 +260,13 @@ int cmd_run(int argc, char **argv)
     fflush(stdout);
     /* With a crowd the timings include the others' work; they are the
      * request's own wall-clock rates. */
-    fprintf(stderr, "prompt: %d tokens, %.1f tokens/s | generation: %d tokens, %.1f tokens/s | finish: %s\n",
-            n_prompt, n_prompt / (t_first - t0), n_gen,
-            n_gen > 1 ? (n_gen - 1) / (t1 - t_first) : 0.0,
-            why == INFERD_FINISH_STOP ? "stop" : why == INFERD_FINISH_LENGTH ? "length" : "other");
+    fprintf(
+        stderr,
+        "prompt: %d tokens, %.1f tokens/s | generation: %d tokens, %.1f tokens/s | finish: %s\n",
+        n_prompt, n_prompt / (t_first - t0), n_gen, n_gen > 1 ? (n_gen - 1) / (t1 - t_first) : 0.0,
+        why == INFERD_FINISH_STOP     ? "stop"
+        : why == INFERD_FINISH_LENGTH ? "length"
+                                      : "other");
     rc = 0;
 out_engine:
     inferd_engine_free(e);
@@ -286,8 +299,10 @@ int cmd_logits(int argc, char **argv)
             return 0;
         }
         if (!(val = arg_value(argc, argv, &i))) goto usage;
-        if (!strcmp(a, "-m")) model_path = val;
-        else if (!strcmp(a, "-o")) out_path = val;
+        if (!strcmp(a, "-m"))
+            model_path = val;
+        else if (!strcmp(a, "-o"))
+            out_path = val;
         else if (!strcmp(a, "--tokens")) {
             free(toks);
             if (!arg_tokens(a, val, &toks, &n_toks)) goto usage;
@@ -320,9 +335,13 @@ int cmd_logits(int argc, char **argv)
     int rc = 1;
     const int V = m->hp.n_vocab, bt = 16;
     struct kv_pool kv;
-    struct kv_pool_config kc = {m->hp.n_layer, m->hp.n_head_kv, m->hp.head_dim, bt,
-                                n_toks / bt + 1,
-                                kvt == INFERD_KV_F32 ? DTYPE_F32 : kvt == INFERD_KV_BF16 ? DTYPE_BF16 : DTYPE_F16};
+    struct kv_pool_config kc = {
+        m->hp.n_layer,
+        m->hp.n_head_kv,
+        m->hp.head_dim,
+        bt,
+        n_toks / bt + 1,
+        kvt == INFERD_KV_F32 ? DTYPE_F32 : kvt == INFERD_KV_BF16 ? DTYPE_BF16 : DTYPE_F16};
     struct tpool *pool = NULL;
     struct fwd_ctx *fwd = NULL;
     struct kv_seq seq = {0};

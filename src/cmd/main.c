@@ -8,17 +8,16 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: inferd <command> [options]\n"
-            "\n"
-            "commands:\n"
-            "  run           generate from a prompt on the command line\n"
-            "  logits        write the logits of every prompt position (float32)\n"
-            "  bench-engine  prefill / decode speed, as a share of this machine's limits\n"
-            "  model info    describe a GGUF model file\n"
-            "  model make    write a random-weight test model with a real tokenizer\n"
-            "\n"
-            "run 'inferd <command> --help' for a command's options.\n");
+    fprintf(out, "usage: inferd <command> [options]\n"
+                 "\n"
+                 "commands:\n"
+                 "  run           generate from a prompt on the command line\n"
+                 "  logits        write the logits of every prompt position (float32)\n"
+                 "  bench-engine  prefill / decode speed, as a share of this machine's limits\n"
+                 "  model info    describe a GGUF model file\n"
+                 "  model make    write a random-weight test model with a real tokenizer\n"
+                 "\n"
+                 "run 'inferd <command> --help' for a command's options.\n");
 }
 
 int main(int argc, char **argv)

@@ -32,49 +32,49 @@
 #include <unistd.h>
 
 struct inferd_model {
-    struct model *m;   /* loaded weights */
-    int32_t eog[8];    /* end-of-generation token ids */
-    int n_eog;         /* entries of eog */
+    struct model *m; /* loaded weights */
+    int32_t eog[8];  /* end-of-generation token ids */
+    int n_eog;       /* entries of eog */
 };
 
 enum req_state { REQ_STATE_WAITING, REQ_STATE_RUNNING, REQ_STATE_FINISHED };
 
 struct req {
-    uint64_t id;                  /* handle given to the caller */
-    enum req_state state;         /* lifecycle */
-    int32_t *tokens;              /* (cap) prompt then generated tokens */
-    int n_prompt;                 /* prompt length */
-    int n_tokens;                 /* prompt + generated */
-    int cap;                      /* allocated entries of tokens */
-    int n_computed;               /* positions whose K/V are in the cache */
-    int max_tokens;               /* generation limit */
-    bool ignore_eos;              /* do not stop at end-of-generation tokens */
-    bool cancelled;               /* finish at the next step */
-    struct sampler_params sp;     /* sampling parameters (bias array owned) */
-    struct kv_seq kv;             /* block table */
-    int batch_seq;                /* index in the current batch's seqs, or -1 */
+    uint64_t id;              /* handle given to the caller */
+    enum req_state state;     /* lifecycle */
+    int32_t *tokens;          /* (cap) prompt then generated tokens */
+    int n_prompt;             /* prompt length */
+    int n_tokens;             /* prompt + generated */
+    int cap;                  /* allocated entries of tokens */
+    int n_computed;           /* positions whose K/V are in the cache */
+    int max_tokens;           /* generation limit */
+    bool ignore_eos;          /* do not stop at end-of-generation tokens */
+    bool cancelled;           /* finish at the next step */
+    struct sampler_params sp; /* sampling parameters (bias array owned) */
+    struct kv_seq kv;         /* block table */
+    int batch_seq;            /* index in the current batch's seqs, or -1 */
 };
 
 struct inferd_engine {
-    struct inferd_model *model;    /* not owned */
+    struct inferd_model *model;      /* not owned */
     struct inferd_engine_config cfg; /* resolved configuration */
-    struct tpool *pool;            /* compute threads */
-    struct kv_pool kv;             /* paged cache */
-    struct fwd_ctx *fwd;           /* forward scratch */
-    struct sampler *sampler;       /* sampling scratch */
-    struct req **reqs;             /* (n_reqs) live requests, admission order */
-    int n_reqs, cap_reqs;          /* count, allocated */
-    uint64_t next_id;              /* next request id */
+    struct tpool *pool;              /* compute threads */
+    struct kv_pool kv;               /* paged cache */
+    struct fwd_ctx *fwd;             /* forward scratch */
+    struct sampler *sampler;         /* sampling scratch */
+    struct req **reqs;               /* (n_reqs) live requests, admission order */
+    int n_reqs, cap_reqs;            /* count, allocated */
+    uint64_t next_id;                /* next request id */
     /* step scratch, sized for token_budget */
     int32_t *b_tokens, *b_pos, *b_seq; /* (token_budget) */
-    bool *b_want;                  /* (token_budget) */
-    struct req **b_out_req;        /* (token_budget) request of each logits row */
-    const struct kv_seq **b_seqs;  /* (max_seqs) */
-    struct req **b_seq_req;        /* (max_seqs) request of each batch sequence */
-    float *logits;                 /* (token_budget, n_vocab) */
-    struct inferd_event *events;   /* ring of pending events */
-    int ev_head, ev_count, ev_cap; /* ring state */
-    struct inferd_stats stats;     /* counters */
+    bool *b_want;                      /* (token_budget) */
+    struct req **b_out_req;            /* (token_budget) request of each logits row */
+    const struct kv_seq **b_seqs;      /* (max_seqs) */
+    struct req **b_seq_req;            /* (max_seqs) request of each batch sequence */
+    float *logits;                     /* (token_budget, n_vocab) */
+    struct inferd_event *events;       /* ring of pending events */
+    int ev_head, ev_count, ev_cap;     /* ring state */
+    struct inferd_stats stats;         /* counters */
 };
 
 const char *inferd_strerror(int code)
@@ -118,8 +118,8 @@ int inferd_model_load(const char *path, inferd_model **out, char *err, size_t er
     }
     /* Chat models end turns with control tokens the metadata does not
      * always name as eos; llama.cpp-style lookup by their text. */
-    static const char *texts[] = {"<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>",
-                                  "<|eom_id|>", "<｜end▁of▁sentence｜>"};
+    static const char *texts[] = {"<|im_end|>",    "<|eot_id|>", "<|end_of_text|>",
+                                  "<|endoftext|>", "<|eom_id|>", "<｜end▁of▁sentence｜>"};
     enum gguf_vtype et;
     uint64_t n;
     const void *data;
@@ -255,7 +255,8 @@ static void req_free(struct inferd_engine *e, struct req *r)
 void inferd_engine_free(inferd_engine *e)
 {
     if (!e) return;
-    for (int i = 0; i < e->n_reqs; i++) req_free(e, e->reqs[i]);
+    for (int i = 0; i < e->n_reqs; i++)
+        req_free(e, e->reqs[i]);
     free(e->reqs);
     fwd_ctx_free(e->fwd);
     if (e->pool) tpool_free(e->pool);
@@ -366,7 +367,8 @@ static struct inferd_event *push_event(struct inferd_engine *e)
     if (e->ev_count == e->ev_cap) {
         int cap = MAX(64, e->ev_cap * 2);
         struct inferd_event *ev = xmalloc(sizeof(*ev) * (size_t)cap);
-        for (int i = 0; i < e->ev_count; i++) ev[i] = e->events[(e->ev_head + i) % e->ev_cap];
+        for (int i = 0; i < e->ev_count; i++)
+            ev[i] = e->events[(e->ev_head + i) % e->ev_cap];
         free(e->events);
         e->events = ev;
         e->ev_cap = cap;
@@ -463,7 +465,8 @@ int inferd_engine_step(inferd_engine *e)
         if (!batch_add(e, q, n, &n_batch, &n_seqs)) break;
         q->state = REQ_STATE_RUNNING;
     }
-    for (int i = 0; i < e->n_reqs; i++) running += e->reqs[i]->state == REQ_STATE_RUNNING;
+    for (int i = 0; i < e->n_reqs; i++)
+        running += e->reqs[i]->state == REQ_STATE_RUNNING;
     e->stats.n_running = running;
     e->stats.n_waiting = e->n_reqs - running;
     e->stats.kv_blocks_used = e->kv.cfg.n_blocks - e->kv.n_free;

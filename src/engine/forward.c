@@ -36,26 +36,26 @@
 enum { ACT_F32, ACT_BF16, ACT_Q8_0, ACT_Q8_K, ACT_COUNT };
 
 struct fwd_ctx {
-    const struct model *m;  /* weights, hyper-parameters */
-    struct kv_pool *kv;     /* the paged cache */
-    struct tpool *pool;     /* compute threads */
-    int max_tokens;         /* batch capacity */
-    int max_ctx;            /* longest sequence */
-    float *x;               /* (max_tokens, E) residual stream */
-    float *h;               /* (max_tokens, max(E, Q)) normed input / attention output */
-    float *q;               /* (max_tokens, Q) */
-    float *k;               /* (max_tokens, KV) */
-    float *v;               /* (max_tokens, KV) */
-    float *o;               /* (max_tokens, E) projection output */
-    float *g;               /* (max_tokens, F) gate, then silu(gate) * up */
-    float *u;               /* (max_tokens, F) up */
-    float *rope;            /* (max_tokens, n_rot / 2, 2) cos, sin per token */
-    float *scores;          /* (n_threads, max_ctx) attention scratch */
+    const struct model *m;   /* weights, hyper-parameters */
+    struct kv_pool *kv;      /* the paged cache */
+    struct tpool *pool;      /* compute threads */
+    int max_tokens;          /* batch capacity */
+    int max_ctx;             /* longest sequence */
+    float *x;                /* (max_tokens, E) residual stream */
+    float *h;                /* (max_tokens, max(E, Q)) normed input / attention output */
+    float *q;                /* (max_tokens, Q) */
+    float *k;                /* (max_tokens, KV) */
+    float *v;                /* (max_tokens, KV) */
+    float *o;                /* (max_tokens, E) projection output */
+    float *g;                /* (max_tokens, F) gate, then silu(gate) * up */
+    float *u;                /* (max_tokens, F) up */
+    float *rope;             /* (max_tokens, n_rot / 2, 2) cos, sin per token */
+    float *scores;           /* (n_threads, max_ctx) attention scratch */
     uint8_t *act[ACT_COUNT]; /* (max_tokens, act row bytes of the widest input) per act type */
-    size_t act_stride;      /* bytes between activation rows (any type) */
-    int32_t *out_rows;      /* (max_tokens) batch index of each wanted token */
-    _Atomic int *op_next;   /* (n_ops) next free row of each matmul of a pass */
-    int n_ops;              /* matmuls per pass: 7 per layer + output */
+    size_t act_stride;       /* bytes between activation rows (any type) */
+    int32_t *out_rows;       /* (max_tokens) batch index of each wanted token */
+    _Atomic int *op_next;    /* (n_ops) next free row of each matmul of a pass */
+    int n_ops;               /* matmuls per pass: 7 per layer + output */
     /* per-call state, set by fwd_run before fanning out */
     const struct fwd_batch *b; /* current batch */
     float *logits;             /* (n_out, V) */
@@ -65,11 +65,17 @@ struct fwd_ctx {
 static int act_index(enum dtype wt)
 {
     switch (kern_act_type(wt)) {
-    case DTYPE_F32: return ACT_F32;
-    case DTYPE_BF16: return ACT_BF16;
-    case DTYPE_Q8_0: return ACT_Q8_0;
-    case DTYPE_Q8_K: return ACT_Q8_K;
-    default: CHECK(!"unexpected activation type"); return 0;
+    case DTYPE_F32:
+        return ACT_F32;
+    case DTYPE_BF16:
+        return ACT_BF16;
+    case DTYPE_Q8_0:
+        return ACT_Q8_0;
+    case DTYPE_Q8_K:
+        return ACT_Q8_K;
+    default:
+        CHECK(!"unexpected activation type");
+        return 0;
     }
 }
 
@@ -78,8 +84,10 @@ size_t fwd_weight_bytes(const struct model *m, bool with_output)
     size_t n = 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
         const struct model_layer *L = &m->layers[il];
-        const struct gguf_tensor *ts[] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
-        for (size_t i = 0; i < ARRAY_LEN(ts); i++) n += ts[i]->size;
+        const struct gguf_tensor *ts[] = {L->wq,     L->wk,   L->wv,    L->wo,
+                                          L->w_gate, L->w_up, L->w_down};
+        for (size_t i = 0; i < ARRAY_LEN(ts); i++)
+            n += ts[i]->size;
     }
     if (with_output) n += m->output->size;
     return n;
@@ -116,7 +124,8 @@ int fwd_ctx_new(const struct model *m, struct kv_pool *kv, struct tpool *pool, i
     c->scores = xaligned_alloc(sizeof(float) * (size_t)tpool_size(pool) * (size_t)max_ctx);
     /* f32 activations are the widest per element of every act type. */
     c->act_stride = ((size_t)widest * sizeof(float) + 63) & ~(size_t)63;
-    for (int i = 0; i < ACT_COUNT; i++) c->act[i] = xaligned_alloc(c->act_stride * T);
+    for (int i = 0; i < ACT_COUNT; i++)
+        c->act[i] = xaligned_alloc(c->act_stride * T);
     c->out_rows = xmalloc(sizeof(int32_t) * T);
     c->n_ops = 7 * hp->n_layer + 1;
     c->op_next = xcalloc((size_t)c->n_ops, sizeof(*c->op_next));
@@ -137,7 +146,8 @@ void fwd_ctx_free(struct fwd_ctx *c)
     free(c->u);
     free(c->rope);
     free(c->scores);
-    for (int i = 0; i < ACT_COUNT; i++) free(c->act[i]);
+    for (int i = 0; i < ACT_COUNT; i++)
+        free(c->act[i]);
     free(c->out_rows);
     free((void *)c->op_next);
     free(c);
@@ -149,7 +159,8 @@ static void rmsnorm(const float *x, const float *w, float *y, int n, float eps)
 {
     float ss = kern_sum_sq_f32(x, n);
     float scale = 1.0f / sqrtf(ss / (float)n + eps);
-    for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+    for (int i = 0; i < n; i++)
+        y[i] = (x[i] * scale) * w[i];
 }
 
 /* Rotates one head in place. cs holds (cos, sin) pairs for i < n_rot / 2. */
@@ -169,7 +180,8 @@ static void add_bias(float *x, const struct gguf_tensor *b, int n)
 {
     if (!b) return;
     const float *bv = b->data;
-    for (int i = 0; i < n; i++) x[i] += bv[i];
+    for (int i = 0; i < n; i++)
+        x[i] += bv[i];
 }
 
 /* Quantizes rows [t0, t1) of x (stride k floats) for each weight type in ws. */
@@ -182,7 +194,8 @@ static void prep_act(struct fwd_ctx *c, const float *x, int k, const struct gguf
         if (done[ai]) continue;
         done[ai] = true;
         for (int t = t0; t < t1; t++)
-            kern_quantize_act(ws[i]->type, x + (size_t)t * k, c->act[ai] + (size_t)t * c->act_stride, k);
+            kern_quantize_act(ws[i]->type, x + (size_t)t * k,
+                              c->act[ai] + (size_t)t * c->act_stride, k);
     }
 }
 
@@ -212,8 +225,8 @@ static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, int n_tok, fl
     for (;;) {
         int r0 = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed);
         if (r0 >= rows) return;
-        kern_matmul(w->type, w->data, rb, k, r0, MIN(rows, r0 + chunk), act, c->act_stride,
-                    n_tok, y, ldy);
+        kern_matmul(w->type, w->data, rb, k, r0, MIN(rows, r0 + chunk), act, c->act_stride, n_tok,
+                    y, ldy);
     }
 }
 
@@ -317,13 +330,15 @@ static void fwd_worker(void *arg, int ith, int nth)
         matmul(c, L->wv, T, c->v, KV, &op, nth);
         tpool_barrier(c->pool);
 
-        for (int t = t0; t < t1; t++) qkv_post(c, L, il, t);
+        for (int t = t0; t < t1; t++)
+            qkv_post(c, L, il, t);
         tpool_barrier(c->pool);
 
         int a0, a1;
         tpool_split(T * hp->n_head, 1, ith, nth, &a0, &a1);
         float *scores = c->scores + (size_t)ith * c->max_ctx;
-        for (int a = a0; a < a1; a++) attend(c, il, a / hp->n_head, a % hp->n_head, scores);
+        for (int a = a0; a < a1; a++)
+            attend(c, il, a / hp->n_head, a % hp->n_head, scores);
         tpool_barrier(c->pool);
 
         prep_act(c, c->h, Q, &L->wo, 1, t0, t1);
@@ -334,7 +349,8 @@ static void fwd_worker(void *arg, int ith, int nth)
         const struct gguf_tensor *gu[2] = {L->w_gate, L->w_up};
         for (int t = t0; t < t1; t++) {
             float *x = c->x + (size_t)t * E, *o = c->o + (size_t)t * E;
-            for (int i = 0; i < E; i++) x[i] += o[i];
+            for (int i = 0; i < E; i++)
+                x[i] += o[i];
             rmsnorm(x, L->ffn_norm->data, c->h + (size_t)t * E, E, hp->rms_eps);
         }
         prep_act(c, c->h, E, gu, 2, t0, t1);
@@ -343,7 +359,8 @@ static void fwd_worker(void *arg, int ith, int nth)
         matmul(c, L->w_up, T, c->u, F, &op, nth);
         tpool_barrier(c->pool);
 
-        for (int t = t0; t < t1; t++) kern_silu_mul(c->g + (size_t)t * F, c->u + (size_t)t * F, F);
+        for (int t = t0; t < t1; t++)
+            kern_silu_mul(c->g + (size_t)t * F, c->u + (size_t)t * F, F);
         prep_act(c, c->g, F, &L->w_down, 1, t0, t1);
         tpool_barrier(c->pool);
         matmul(c, L->w_down, T, c->o, E, &op, nth);
@@ -351,7 +368,8 @@ static void fwd_worker(void *arg, int ith, int nth)
 
         for (int t = t0; t < t1; t++) {
             float *x = c->x + (size_t)t * E, *o = c->o + (size_t)t * E;
-            for (int i = 0; i < E; i++) x[i] += o[i];
+            for (int i = 0; i < E; i++)
+                x[i] += o[i];
         }
     }
 
@@ -393,7 +411,8 @@ int fwd_run(struct fwd_ctx *c, const struct fwd_batch *b, float *logits, struct 
     c->b = b;
     c->logits = logits;
     c->n_out = n_out;
-    for (int i = 0; i < c->n_ops; i++) atomic_store_explicit(&c->op_next[i], 0, memory_order_relaxed);
+    for (int i = 0; i < c->n_ops; i++)
+        atomic_store_explicit(&c->op_next[i], 0, memory_order_relaxed);
     tpool_run(c->pool, fwd_worker, c);
     c->b = NULL;
     return 0;

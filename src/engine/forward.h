@@ -35,13 +35,13 @@
 #include <stdint.h>
 
 struct fwd_batch {
-    int n_tokens;                      /* tokens in the batch, <= ctx max_tokens */
-    const int32_t *tokens;             /* (n_tokens) token ids */
-    const int32_t *pos;                /* (n_tokens) absolute positions */
-    const int32_t *seq;                /* (n_tokens) index into seqs */
-    const bool *want_logits;           /* (n_tokens) true: emit this token's logits */
-    int n_seqs;                        /* sequences referenced */
-    const struct kv_seq *const *seqs;  /* (n_seqs) block tables */
+    int n_tokens;                     /* tokens in the batch, <= ctx max_tokens */
+    const int32_t *tokens;            /* (n_tokens) token ids */
+    const int32_t *pos;               /* (n_tokens) absolute positions */
+    const int32_t *seq;               /* (n_tokens) index into seqs */
+    const bool *want_logits;          /* (n_tokens) true: emit this token's logits */
+    int n_seqs;                       /* sequences referenced */
+    const struct kv_seq *const *seqs; /* (n_seqs) block tables */
 };
 
 struct fwd_ctx;

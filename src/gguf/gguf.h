@@ -59,7 +59,7 @@ enum gguf_vtype {
     GGUF_VTYPE_FLOAT64 = 12,
 };
 
-#define GGUF_MAX_DIMS 4
+#define GGUF_MAX_DIMS          4
 #define GGUF_DEFAULT_ALIGNMENT 32
 
 struct gguf_str {
@@ -68,12 +68,12 @@ struct gguf_str {
 };
 
 struct gguf_tensor {
-    struct gguf_str name;     /* tensor name */
-    int n_dims;               /* 1..4 */
+    struct gguf_str name;      /* tensor name */
+    int n_dims;                /* 1..4 */
     int64_t ne[GGUF_MAX_DIMS]; /* elements per dim, ne[0] innermost (row length); unused = 1 */
-    enum dtype type;          /* element type (supported types only) */
-    const void *data;         /* into the mapping */
-    size_t size;              /* bytes */
+    enum dtype type;           /* element type (supported types only) */
+    const void *data;          /* into the mapping */
+    size_t size;               /* bytes */
 };
 
 struct gguf_file;

@@ -887,7 +887,6 @@ AI void gemv_q4_0(const struct qgemv *g, int r, const int T)
         gemv_store(g, r, t, acc[t], SIGMA4); /* SIGMA4 is its own inverse */
 }
 
-
 /* vpshufb controls: word lanes of 128-bit lanes 0-1 get scale a, 2-3 scale b
  * (from a qword of 8 scales repeated in every 128-bit lane). */
 static const int8_t SC_PAIR_CTRL[4][64] = {

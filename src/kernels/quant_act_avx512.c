@@ -31,7 +31,8 @@ static inline __m512 round_clamp127(__m512 v)
 static inline float amax16(const float *x, int n16)
 {
     __m512 a = _mm512_setzero_ps();
-    for (int i = 0; i < n16; i++) a = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * i)), a);
+    for (int i = 0; i < n16; i++)
+        a = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * i)), a);
     return _mm512_reduce_max_ps(a);
 }
 

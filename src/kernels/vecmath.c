@@ -41,7 +41,8 @@ static float exp_ref(float x)
 
 void kern__silu_mul_ref(float *g, const float *u, int n)
 {
-    for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + exp_ref(-g[i])) * u[i];
+    for (int i = 0; i < n; i++)
+        g[i] = g[i] / (1.0f + exp_ref(-g[i])) * u[i];
 }
 
 void kern__softmax_ref(float *x, int n, float scale)
@@ -59,25 +60,39 @@ void kern__softmax_ref(float *x, int n, float scale)
         part[i % 16] += x[i];
     }
     float sum = 0;
-    for (int i = 0; i < 16; i++) sum += part[i];
+    for (int i = 0; i < 16; i++)
+        sum += part[i];
     float inv = 1.0f / sum;
-    for (int i = 0; i < n; i++) x[i] *= inv;
+    for (int i = 0; i < n; i++)
+        x[i] *= inv;
 }
 
 void kern_silu_mul(float *g, const float *u, int n)
 {
     switch (kern_isa()) {
-    case KERN_ISA_AVX512: kern__silu_mul_avx512(g, u, n); break;
-    case KERN_ISA_AVX2: kern__silu_mul_avx2(g, u, n); break;
-    default: kern__silu_mul_ref(g, u, n); break;
+    case KERN_ISA_AVX512:
+        kern__silu_mul_avx512(g, u, n);
+        break;
+    case KERN_ISA_AVX2:
+        kern__silu_mul_avx2(g, u, n);
+        break;
+    default:
+        kern__silu_mul_ref(g, u, n);
+        break;
     }
 }
 
 void kern_softmax(float *x, int n, float scale)
 {
     switch (kern_isa()) {
-    case KERN_ISA_AVX512: kern__softmax_avx512(x, n, scale); break;
-    case KERN_ISA_AVX2: kern__softmax_avx2(x, n, scale); break;
-    default: kern__softmax_ref(x, n, scale); break;
+    case KERN_ISA_AVX512:
+        kern__softmax_avx512(x, n, scale);
+        break;
+    case KERN_ISA_AVX2:
+        kern__softmax_avx2(x, n, scale);
+        break;
+    default:
+        kern__softmax_ref(x, n, scale);
+        break;
     }
 }

@@ -68,7 +68,8 @@ void kern__softmax_avx2(float *x, int n, float scale)
     }
     if (i < n) {
         float a[8];
-        for (int j = 0; j < 8; j++) a[j] = i + j < n ? x[i + j] : -INFINITY;
+        for (int j = 0; j < 8; j++)
+            a[j] = i + j < n ? x[i + j] : -INFINITY;
         __m256 v = exp8(_mm256_sub_ps(_mm256_loadu_ps(a), vmax));
         _mm256_storeu_ps(a, v);
         memcpy(x + i, a, sizeof(float) * (size_t)(n - i));
@@ -76,7 +77,9 @@ void kern__softmax_avx2(float *x, int n, float scale)
     }
     float part[8], total = 0;
     _mm256_storeu_ps(part, sum);
-    for (int j = 0; j < 8; j++) total += part[j];
+    for (int j = 0; j < 8; j++)
+        total += part[j];
     float inv = 1.0f / total;
-    for (int j = 0; j < n; j++) x[j] *= inv;
+    for (int j = 0; j < n; j++)
+        x[j] *= inv;
 }

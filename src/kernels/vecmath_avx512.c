@@ -62,7 +62,8 @@ void kern__softmax_avx512(float *x, int n, float scale)
     }
     float part[16], total = 0;
     _mm512_storeu_ps(part, sum);
-    for (int i = 0; i < 16; i++) total += part[i];
+    for (int i = 0; i < 16; i++)
+        total += part[i];
     const __m512 inv = _mm512_set1_ps(1.0f / total);
     for (int i = 0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);

@@ -27,7 +27,8 @@ int kv_pool_init(struct kv_pool *p, const struct kv_pool_config *cfg, struct err
     p->free_list = xmalloc(sizeof(int32_t) * (size_t)cfg->n_blocks);
     p->refs = xcalloc((size_t)cfg->n_blocks, sizeof(int32_t));
     /* Pop order 0, 1, 2, ... so fresh pools hand out ascending ids. */
-    for (int i = 0; i < cfg->n_blocks; i++) p->free_list[i] = cfg->n_blocks - 1 - i;
+    for (int i = 0; i < cfg->n_blocks; i++)
+        p->free_list[i] = cfg->n_blocks - 1 - i;
     p->n_free = cfg->n_blocks;
     return 0;
 }
@@ -71,13 +72,15 @@ int kv_seq_reserve(struct kv_pool *p, struct kv_seq *s, int n_pos)
         s->cap = MAX(need, s->cap * 2);
         s->blocks = xrealloc(s->blocks, sizeof(int32_t) * (size_t)s->cap);
     }
-    while (s->n_blocks < need) CHECK(kv_pool_alloc(p, &s->blocks[s->n_blocks++]) == 0);
+    while (s->n_blocks < need)
+        CHECK(kv_pool_alloc(p, &s->blocks[s->n_blocks++]) == 0);
     return 0;
 }
 
 void kv_seq_release(struct kv_pool *p, struct kv_seq *s)
 {
-    for (int i = 0; i < s->n_blocks; i++) kv_pool_unref(p, s->blocks[i]);
+    for (int i = 0; i < s->n_blocks; i++)
+        kv_pool_unref(p, s->blocks[i]);
     free(s->blocks);
     memset(s, 0, sizeof(*s));
 }

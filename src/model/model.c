@@ -78,11 +78,13 @@ int model_hparams_read(const struct gguf_file *f, struct model_hparams *hp, stru
     memset(hp, 0, sizeof(*hp));
     struct gguf_str s;
     int rc = gguf_get_str(f, "general.architecture", &s, msg);
-    if (rc == -ENOENT) return err_set(msg, ERR_FORMAT, "missing metadata key 'general.architecture'");
+    if (rc == -ENOENT)
+        return err_set(msg, ERR_FORMAT, "missing metadata key 'general.architecture'");
     if (rc) return rc;
     int arch = model_arch_from_name(s.ptr, s.len);
     if (arch < 0)
-        return err_set(msg, ERR_UNSUPPORTED, "architecture '%.*s' is not supported (llama, qwen2, qwen3)",
+        return err_set(msg, ERR_UNSUPPORTED,
+                       "architecture '%.*s' is not supported (llama, qwen2, qwen3)",
                        (int)MIN(s.len, 64), s.ptr);
     hp->arch = (enum model_arch)arch;
     char a[16];
@@ -110,7 +112,8 @@ int model_hparams_read(const struct gguf_file *f, struct model_hparams *hp, stru
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->head_dim % 2)
         return err_set(msg, ERR_FORMAT, "rope.dimension_count %d does not fit head dim %d",
                        hp->n_rot, hp->head_dim);
-    if (hp->n_layer > 4096) return err_set(msg, ERR_FORMAT, "block_count %d is too large", hp->n_layer);
+    if (hp->n_layer > 4096)
+        return err_set(msg, ERR_FORMAT, "block_count %d is too large", hp->n_layer);
     float dflt_eps = 1e-5f;
     if ((rc = get_float(f, a, "attention.layer_norm_rms_epsilon", dflt_eps, &hp->rms_eps, msg)) ||
         (rc = get_float(f, a, "rope.freq_base", 10000.0f, &hp->rope_theta, msg)))
@@ -122,7 +125,8 @@ int model_hparams_read(const struct gguf_file *f, struct model_hparams *hp, stru
     const struct gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
     if (!emb) return err_set(msg, ERR_FORMAT, "missing tensor 'token_embd.weight'");
     if (emb->n_dims != 2 || emb->ne[0] != hp->n_embd || emb->ne[1] > (1 << 24))
-        return err_set(msg, ERR_FORMAT, "tensor 'token_embd.weight' has shape [%lld, %lld], expected [%d, n_vocab]",
+        return err_set(msg, ERR_FORMAT,
+                       "tensor 'token_embd.weight' has shape [%lld, %lld], expected [%d, n_vocab]",
                        (long long)emb->ne[0], (long long)emb->ne[1], hp->n_embd);
     hp->n_vocab = (int)emb->ne[1];
     hp->tied_output = gguf_find_tensor(f, "output.weight") == NULL;
@@ -147,8 +151,8 @@ static int bind(const struct gguf_file *f, const char *name, int64_t cols, int64
         return err_set(msg, ERR_UNSUPPORTED, "tensor '%s' has type %s, expected f32", name,
                        dtype_info(t->type)->name);
     if (t->type == DTYPE_Q8_K)
-        return err_set(msg, ERR_UNSUPPORTED, "tensor '%s' has type q8_k, which is not a weight type",
-                       name);
+        return err_set(msg, ERR_UNSUPPORTED,
+                       "tensor '%s' has type q8_k, which is not a weight type", name);
     return 0;
 }
 
@@ -167,7 +171,8 @@ static void fingerprint(struct model *m)
     CHECK(st);
     XXH3_128bits_reset(st);
     XXH3_128bits_update(st, &m->hp, sizeof(m->hp));
-    for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) hash_tensor(st, gguf_tensor(m->gguf, i));
+    for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++)
+        hash_tensor(st, gguf_tensor(m->gguf, i));
     static const char *tok_keys[] = {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"};
     for (size_t k = 0; k < ARRAY_LEN(tok_keys); k++) {
         enum gguf_vtype et;

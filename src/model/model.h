@@ -77,9 +77,9 @@ struct model_hparams {
 struct model_layer {
     const struct gguf_tensor *attn_norm; /* (n_embd) f32 */
     const struct gguf_tensor *wq, *wk, *wv, *wo;
-    const struct gguf_tensor *bq, *bk, *bv;       /* qwen2; else NULL */
-    const struct gguf_tensor *q_norm, *k_norm;    /* qwen3; else NULL */
-    const struct gguf_tensor *ffn_norm;           /* (n_embd) f32 */
+    const struct gguf_tensor *bq, *bk, *bv;    /* qwen2; else NULL */
+    const struct gguf_tensor *q_norm, *k_norm; /* qwen3; else NULL */
+    const struct gguf_tensor *ffn_norm;        /* (n_embd) f32 */
     const struct gguf_tensor *w_gate, *w_up, *w_down;
 };
 

@@ -26,7 +26,7 @@ extern int test_n_cases;
 
 #define TEST(fn_)                                                                                  \
     static void fn_(void);                                                                         \
-    __attribute__((constructor)) static void reg_##fn_(void)                                      \
+    __attribute__((constructor)) static void reg_##fn_(void)                                       \
     {                                                                                              \
         test_cases[test_n_cases].name = #fn_;                                                      \
         test_cases[test_n_cases++].fn = fn_;                                                       \
@@ -45,7 +45,7 @@ extern int test_n_cases;
     do {                                                                                           \
         long long a_ = (long long)(a), b_ = (long long)(b);                                        \
         if (a_ != b_) {                                                                            \
-            fprintf(stderr, "  %s:%d: %s == %lld, expected %s == %lld\n", __FILE__, __LINE__, #a, \
+            fprintf(stderr, "  %s:%d: %s == %lld, expected %s == %lld\n", __FILE__, __LINE__, #a,  \
                     a_, #b, b_);                                                                   \
             test_failures_in_case++;                                                               \
         }                                                                                          \
@@ -55,7 +55,7 @@ extern int test_n_cases;
     do {                                                                                           \
         double a_ = (a), b_ = (b);                                                                 \
         if (!(fabs(a_ - b_) <= (tol))) {                                                           \
-            fprintf(stderr, "  %s:%d: %s = %.9g, expected %.9g (tol %g)\n", __FILE__, __LINE__,   \
+            fprintf(stderr, "  %s:%d: %s = %.9g, expected %.9g (tol %g)\n", __FILE__, __LINE__,    \
                     #a, a_, b_, (double)(tol));                                                    \
             test_failures_in_case++;                                                               \
         }                                                                                          \

@@ -53,8 +53,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *nul = memchr(data, 0, size);
     size_t n1 = nul ? (size_t)(nul - data) : size;
     put("tokenizer.json", data, n1);
-    if (nul) put("tokenizer_config.json", nul + 1, size - n1 - 1);
-    else put("tokenizer_config.json", "{}", 2);
+    if (nul)
+        put("tokenizer_config.json", nul + 1, size - n1 - 1);
+    else
+        put("tokenizer_config.json", "{}", 2);
 
     const struct hf_tokenizer_opts with_pre = {.pre = "fuzz", .min_tokens = 8};
     const struct hf_tokenizer_opts *opts[2] = {NULL, &with_pre};

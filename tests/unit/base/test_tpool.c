@@ -9,10 +9,10 @@
 #include <stdatomic.h>
 
 struct job {
-    _Atomic int calls;  /* fn invocations */
-    int seen[8];        /* per thread: ith recorded */
-    int phase1[8];      /* written before the barrier */
-    int sum_after[8];   /* read after it */
+    _Atomic int calls; /* fn invocations */
+    int seen[8];       /* per thread: ith recorded */
+    int phase1[8];     /* written before the barrier */
+    int sum_after[8];  /* read after it */
 };
 
 static void fn(void *arg, int ith, int nth)
@@ -24,7 +24,8 @@ static void fn(void *arg, int ith, int nth)
     extern struct tpool *test_pool;
     tpool_barrier(test_pool);
     int s = 0;
-    for (int i = 0; i < nth; i++) s += j->phase1[i];
+    for (int i = 0; i < nth; i++)
+        s += j->phase1[i];
     j->sum_after[ith] = s;
     tpool_barrier(test_pool);
     j->phase1[ith] = 0;

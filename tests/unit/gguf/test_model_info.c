@@ -48,8 +48,8 @@ static const char *bin(void)
 static void write_model(const char *path)
 {
     static const char *const toks[] = {
-        "<|endoftext|>", "<|im_start|>", "<|im_end|>", "a",  "b", "ab", "\xc4\xa0", "\xc4\x8a",
-        "hello",         "world",        "!",          "?",  "x", "y",  "z",        "w"};
+        "<|endoftext|>", "<|im_start|>", "<|im_end|>", "a", "b", "ab", "\xc4\xa0", "\xc4\x8a",
+        "hello",         "world",        "!",          "?", "x", "y",  "z",        "w"};
     static const char *const merges[] = {"a b", "\xc4\xa0 a", "h e"};
     static const int32_t types[16] = {3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 6, 6, 4, 5};
     struct gguf_writer *w = gguf_writer_new();
@@ -85,8 +85,8 @@ static void write_model(const char *path)
                                  16 * 34, &m) == 0);
     CHECK(gguf_writer_add_tensor(w, "output_norm.weight", DTYPE_F32, 1, (int64_t[]){32}, data, 128,
                                  &m) == 0);
-    CHECK(gguf_writer_add_tensor(w, "blk.0.attn_q.weight", DTYPE_Q4_0, 2, (int64_t[]){32, 32},
-                                 data, 32 * 18, &m) == 0);
+    CHECK(gguf_writer_add_tensor(w, "blk.0.attn_q.weight", DTYPE_Q4_0, 2, (int64_t[]){32, 32}, data,
+                                 32 * 18, &m) == 0);
     CHECK(gguf_writer_add_tensor(w, "blk.0.attn_q_norm.weight", DTYPE_F32, 1, (int64_t[]){8}, data,
                                  32, &m) == 0);
     CHECK(gguf_writer_write(w, path, &m) == 0);
@@ -108,7 +108,7 @@ static const char *tmp(const char *name)
 #define EXPECT_HAS(out, s)                                                                         \
     do {                                                                                           \
         if (!strstr((out), (s))) {                                                                 \
-            fprintf(stderr, "  %s:%d: output lacks '%s'\n", __FILE__, __LINE__, (s));             \
+            fprintf(stderr, "  %s:%d: output lacks '%s'\n", __FILE__, __LINE__, (s));              \
             test_failures_in_case++;                                                               \
         }                                                                                          \
     } while (0)

@@ -19,12 +19,24 @@ static void fill(float *x, int k, int pattern, uint64_t *s)
 {
     for (int i = 0; i < k; i++) {
         switch (pattern) {
-        case 0: x[i] = (frand(s) - 0.5f) * 8; break;
-        case 1: x[i] = (float)((int)(frand(s) * 255) - 127) * 0.5f; break; /* .5 ties */
-        case 2: x[i] = 0.0f; break;
-        case 3: x[i] = (frand(s) - 0.5f) * 1e30f; break;
-        case 4: x[i] = (frand(s) - 0.5f) * 1e-30f; break;
-        case 5: x[i] = i % 37 == 5 ? NAN : frand(s) - 0.5f; break;
+        case 0:
+            x[i] = (frand(s) - 0.5f) * 8;
+            break;
+        case 1:
+            x[i] = (float)((int)(frand(s) * 255) - 127) * 0.5f;
+            break; /* .5 ties */
+        case 2:
+            x[i] = 0.0f;
+            break;
+        case 3:
+            x[i] = (frand(s) - 0.5f) * 1e30f;
+            break;
+        case 4:
+            x[i] = (frand(s) - 0.5f) * 1e-30f;
+            break;
+        case 5:
+            x[i] = i % 37 == 5 ? NAN : frand(s) - 0.5f;
+            break;
         }
     }
     if (pattern == 1) x[0] = 127.0f; /* amax = 127 -> id = 1: every .5 is a tie */

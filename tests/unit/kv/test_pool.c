@@ -10,8 +10,12 @@
 static struct kv_pool mk(int n_blocks)
 {
     struct kv_pool p;
-    struct kv_pool_config c = {.n_layer = 2, .n_kv_head = 2, .head_dim = 8, .block_tokens = 4,
-                               .n_blocks = n_blocks, .dtype = DTYPE_F16};
+    struct kv_pool_config c = {.n_layer = 2,
+                               .n_kv_head = 2,
+                               .head_dim = 8,
+                               .block_tokens = 4,
+                               .n_blocks = n_blocks,
+                               .dtype = DTYPE_F16};
     EXPECT_EQ_INT(kv_pool_init(&p, &c, NULL), 0);
     return p;
 }
@@ -58,8 +62,12 @@ TEST(seq_reserve_rolls_back)
 TEST(bad_config)
 {
     struct kv_pool p;
-    struct kv_pool_config c = {.n_layer = 2, .n_kv_head = 2, .head_dim = 8, .block_tokens = 0,
-                               .n_blocks = 4, .dtype = DTYPE_F16};
+    struct kv_pool_config c = {.n_layer = 2,
+                               .n_kv_head = 2,
+                               .head_dim = 8,
+                               .block_tokens = 0,
+                               .n_blocks = 4,
+                               .dtype = DTYPE_F16};
     EXPECT_EQ_INT(kv_pool_init(&p, &c, NULL), ERR_INVALID);
     c.block_tokens = 4;
     c.dtype = DTYPE_Q8_0;
