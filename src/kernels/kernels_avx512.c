@@ -1231,9 +1231,18 @@ static void matmul_quant(const struct qtype *qt, const void *W, size_t wrb, int 
                 }
             }
             const int nr = r1 - r < np * PANEL ? r1 - r : np * PANEL;
-            for (int t = 0; t < nt; t++)
-                memcpy(y + (size_t)(tb0 + t) * ldy + r, acc + (size_t)t * np * PANEL,
-                       (size_t)nr * sizeof(float));
+            /* Vector stores, not memcpy: a 64/128-byte memcpy per token
+             * went through rep movs, whose start-up cost dominated. */
+            const __mmask16 m0 = nr >= PANEL ? 0xffff : (__mmask16)((1u << nr) - 1);
+            const __mmask16 m1 = nr >= 2 * PANEL ? 0xffff
+                                 : nr > PANEL    ? (__mmask16)((1u << (nr - PANEL)) - 1)
+                                                 : 0;
+            for (int t = 0; t < nt; t++) {
+                float *dst = y + (size_t)(tb0 + t) * ldy + r;
+                const float *src = acc + (size_t)t * np * PANEL;
+                _mm512_mask_storeu_ps(dst, m0, _mm512_loadu_ps(src));
+                if (m1) _mm512_mask_storeu_ps(dst + PANEL, m1, _mm512_loadu_ps(src + PANEL));
+            }
             r += np * PANEL;
         }
     }
