@@ -142,6 +142,7 @@ struct inferd_stats {
     uint64_t n_steps;            /* forward steps run */
     uint64_t n_prompt_tokens;    /* prefill tokens computed */
     uint64_t n_generated_tokens; /* tokens sampled */
+    uint64_t n_preempted;        /* requests sent back to recompute for lack of KV */
 };
 
 void inferd_engine_stats(const inferd_engine *e, struct inferd_stats *s);

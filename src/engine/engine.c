@@ -207,6 +207,11 @@ int inferd_engine_new(inferd_model *im, const struct inferd_engine_config *cfg_i
         cfg.kv_blocks = (int)MAX(MIN(want, cap), min);
     }
 
+    if ((int64_t)cfg.kv_blocks * cfg.block_tokens < cfg.max_ctx) {
+        snprintf(err, err_len, "kv_blocks %d x %d tokens cannot hold one sequence of max_ctx %d",
+                 cfg.kv_blocks, cfg.block_tokens, cfg.max_ctx);
+        return ERR_INVALID;
+    }
     struct inferd_engine *e = xcalloc(1, sizeof(*e));
     e->model = im;
     e->cfg = cfg;
@@ -410,6 +415,23 @@ static bool is_eog(const struct inferd_model *im, int32_t tok)
     return false;
 }
 
+/* Preempts the newest request that holds KV blocks and is not in the batch
+ * being built: frees its blocks and sends it back to waiting, to recompute
+ * its tokens later. Returns it, or NULL if there is none. */
+static struct req *preempt_newest(struct inferd_engine *e)
+{
+    for (int i = e->n_reqs - 1; i >= 0; i--) {
+        struct req *q = e->reqs[i];
+        if (q->state != REQ_STATE_RUNNING || q->batch_seq >= 0 || q->kv.n_blocks == 0) continue;
+        kv_seq_release(&e->kv, &q->kv);
+        q->n_computed = 0;
+        q->state = REQ_STATE_WAITING;
+        e->stats.n_preempted++;
+        return q;
+    }
+    return NULL;
+}
+
 /* Adds tokens [from, from + n) of q to the batch; the last one wants logits
  * if it completes the known tokens. Returns false if KV blocks ran out. */
 static bool batch_add(struct inferd_engine *e, struct req *q, int n, int *n_batch, int *n_seqs)
@@ -450,18 +472,27 @@ int inferd_engine_step(inferd_engine *e)
 
     int n_batch = 0, n_seqs = 0, running = 0;
     const int budget = e->cfg.token_budget;
-    /* Decode tokens first: one per running request past its prompt. */
+    /* Decode tokens first: one per running request with exactly one token
+     * not yet in the cache. If its next block is not to be had, preempt the
+     * newest request holding blocks (not one already in this batch): it
+     * drops its KV and recomputes later from its tokens, which - the forward
+     * pass being bit-exact - changes nothing in its output. */
     for (int i = 0; i < e->n_reqs && n_batch < budget && n_seqs < e->cfg.max_seqs; i++) {
         struct req *q = e->reqs[i];
-        if (q->state == REQ_STATE_RUNNING && q->n_computed >= q->n_prompt)
-            batch_add(e, q, 1, &n_batch, &n_seqs);
+        if (q->state != REQ_STATE_RUNNING || q->n_tokens - q->n_computed != 1) continue;
+        while (!batch_add(e, q, 1, &n_batch, &n_seqs)) {
+            struct req *victim = preempt_newest(e);
+            if (!victim || victim == q) break;
+        }
     }
-    /* Then prefill chunks, oldest first. */
+    /* Then prompt chunks (and recomputation after preemption), oldest first. */
     for (int i = 0; i < e->n_reqs && n_batch < budget; i++) {
         struct req *q = e->reqs[i];
-        if (q->n_computed >= q->n_prompt) continue;
-        if (q->batch_seq < 0 && n_seqs == e->cfg.max_seqs) break;
-        int n = MIN(q->n_prompt - q->n_computed, budget - n_batch);
+        bool fresh = q->state == REQ_STATE_WAITING;
+        bool catching_up = q->state == REQ_STATE_RUNNING && q->n_tokens - q->n_computed > 1;
+        if ((!fresh && !catching_up) || q->batch_seq >= 0) continue;
+        if (n_seqs == e->cfg.max_seqs) break;
+        int n = MIN(q->n_tokens - q->n_computed, budget - n_batch);
         if (!batch_add(e, q, n, &n_batch, &n_seqs)) break;
         q->state = REQ_STATE_RUNNING;
     }
