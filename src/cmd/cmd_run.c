@@ -170,14 +170,14 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "inferd: cannot write '%s'\n", dump_path);
         goto out_model;
     }
-    if (cfg.max_ctx == 0) {
-        int need = n_prompt + (int)max_tokens;
-        cfg.max_ctx = MAX(MIN(inferd_model_n_ctx_train(model), 4096), need);
-    }
+    /* The longest sequence: the request, or a crowd request (prompt up to
+     * 2 n_prompt + 8, as generated below). */
+    const int longest = (int)MIN((int64_t)2 * n_prompt + 8 + max_tokens, INT32_MAX / 2);
+    if (cfg.max_ctx == 0) cfg.max_ctx = longest;
     /* Room for the request and its crowd without waiting on KV. */
     if (cfg.kv_blocks == 0) {
         int bt = cfg.block_tokens ? cfg.block_tokens : 16;
-        cfg.kv_blocks = (int)((batch_with + 1) * ((n_prompt + max_tokens) / bt + 2));
+        cfg.kv_blocks = (int)MIN((batch_with + 1) * (longest / bt + 2), INT32_MAX / 2);
     }
     if (cfg.max_seqs == 0) cfg.max_seqs = (int)MAX(64, batch_with + 1);
     inferd_engine *e;
