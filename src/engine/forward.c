@@ -54,8 +54,8 @@ struct fwd_ctx {
     uint8_t *act[ACT_COUNT]; /* (max_tokens, act row bytes of the widest input) per act type */
     size_t act_stride;       /* bytes between activation rows (any type) */
     int32_t *out_rows;       /* (max_tokens) batch index of each wanted token */
-    _Atomic int *op_next;    /* (n_ops) next free row of each matmul of a pass */
-    int n_ops;               /* matmuls per pass: 7 per layer + output */
+    _Atomic int *op_next;    /* (n_ops) next free row or task of each split op of a pass */
+    int n_ops;               /* counters per pass: 7 matmuls + attention a layer, output */
     /* per-call state, set by fwd_run before fanning out */
     const struct fwd_batch *b; /* current batch */
     float *logits;             /* (n_out, V) */
@@ -127,7 +127,7 @@ int fwd_ctx_new(const struct model *m, struct kv_pool *kv, struct tpool *pool, i
     for (int i = 0; i < ACT_COUNT; i++)
         c->act[i] = xaligned_alloc(c->act_stride * T);
     c->out_rows = xmalloc(sizeof(int32_t) * T);
-    c->n_ops = 7 * hp->n_layer + 1;
+    c->n_ops = 8 * hp->n_layer + 1;
     c->op_next = xcalloc((size_t)c->n_ops, sizeof(*c->op_next));
     *out = c;
     return 0;
@@ -334,11 +334,19 @@ static void fwd_worker(void *arg, int ith, int nth)
             qkv_post(c, L, il, t);
         tpool_barrier(c->pool);
 
-        int a0, a1;
-        tpool_split(T * hp->n_head, 1, ith, nth, &a0, &a1);
+        /* (token, head) tasks from a counter: in a prefill chunk later
+         * tokens attend over longer contexts, so a static split would hand
+         * one thread most of the work. Which thread runs a task does not
+         * change its bits. */
         float *scores = c->scores + (size_t)ith * c->max_ctx;
-        for (int a = a0; a < a1; a++)
-            attend(c, il, a / hp->n_head, a % hp->n_head, scores);
+        _Atomic int *next = &c->op_next[op++];
+        const int n_tasks = T * hp->n_head, grab = MAX(1, n_tasks / (nth * 16));
+        for (;;) {
+            int a0 = atomic_fetch_add_explicit(next, grab, memory_order_relaxed);
+            if (a0 >= n_tasks) break;
+            for (int a = a0; a < MIN(n_tasks, a0 + grab); a++)
+                attend(c, il, a / hp->n_head, a % hp->n_head, scores);
+        }
         tpool_barrier(c->pool);
 
         prep_act(c, c->h, Q, &L->wo, 1, t0, t1);
