@@ -219,9 +219,13 @@ static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, int n_tok, fl
         kern_matmul(w->type, w->data, rb, k, 0, rows, act, c->act_stride, n_tok, y, ldy);
         return;
     }
-    /* ~8 grabs per thread, whole 16-row panels, at most 512 rows a grab. */
-    int chunk = (rows / (nth * 8) + 15) & ~15;
-    chunk = MAX(16, MIN(512, chunk));
+    /* Decode (a few tokens, memory bound): ~8 grabs per thread, at most 512
+     * rows a grab. Prefill: ~2 grabs per thread, because every kern_matmul
+     * call prepares all the tokens' activation side data again. Whole 16-row
+     * panels either way. */
+    int per_thread = n_tok > 4 ? 2 : 8;
+    int chunk = (rows / (nth * per_thread) + 15) & ~15;
+    chunk = MAX(16, n_tok > 4 ? chunk : MIN(512, chunk));
     for (;;) {
         int r0 = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed);
         if (r0 >= rows) return;
