@@ -17,6 +17,7 @@
 #include "cmd/cmd.h"
 
 #include "base/check.h"
+#include "base/rng.h"
 #include "base/timeutil.h"
 #include "bench/peak.h"
 #include "engine/forward.h"
@@ -43,10 +44,7 @@ struct bench_fig {
 static uint64_t rng_state = 0xbe9c4;
 static int32_t rand_tok(int n_vocab)
 {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (int32_t)((z ^ (z >> 31)) % (uint64_t)n_vocab);
+    return (int32_t)(rng_next(&rng_state) % (uint64_t)n_vocab);
 }
 
 static int submit_random(inferd_engine *e, int n_vocab, int n_prompt, int max_tokens)

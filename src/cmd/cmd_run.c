@@ -11,6 +11,7 @@
 #include "cmd/cmd.h"
 
 #include "base/check.h"
+#include "base/rng.h"
 #include "base/timeutil.h"
 #include "engine/forward.h"
 #include "inferd/inferd.h"
@@ -50,15 +51,6 @@ static bool parse_kv(const char *s, enum inferd_kv_type *out)
         return false;
     }
     return true;
-}
-
-/* splitmix64: the crowd of --batch-with requests is reproducible. */
-static uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 int cmd_run(int argc, char **argv)
@@ -191,16 +183,16 @@ int cmd_run(int argc, char **argv)
     uint64_t rng = 0x5eed;
     const int n_vocab = inferd_model_n_vocab(model);
     for (long j = 0; j < batch_with; j++) {
-        int n = 1 + (int)(mix(&rng) % (uint64_t)(2 * n_prompt + 8));
+        int n = 1 + (int)(rng_next(&rng) % (uint64_t)(2 * n_prompt + 8));
         int32_t *toks = xmalloc(sizeof(int32_t) * (size_t)n);
         for (int i = 0; i < n; i++)
-            toks[i] = (int32_t)(mix(&rng) % (uint64_t)n_vocab);
+            toks[i] = (int32_t)(rng_next(&rng) % (uint64_t)n_vocab);
         struct inferd_request r = {.prompt = toks,
                                    .n_prompt = n,
-                                   .max_tokens = 1 + (int)(mix(&rng) % (uint64_t)max_tokens),
+                                   .max_tokens = 1 + (int)(rng_next(&rng) % (uint64_t)max_tokens),
                                    .ignore_eos = true};
         inferd_sampling_default(&r.sampling);
-        r.sampling.seed = mix(&rng);
+        r.sampling.seed = rng_next(&rng);
         uint64_t id;
         if (inferd_submit(e, &r, &id, err, sizeof(err))) {
             fprintf(stderr, "inferd: crowd request: %s\n", err);
