@@ -118,7 +118,7 @@ static double time_decode(inferd_engine *e, int n_vocab, int B, int prompt, int 
 int cmd_bench_engine(int argc, char **argv)
 {
     const char *model_path = NULL;
-    long threads = 0, pp = 512, tg = 128, v;
+    long threads = 0, pp = 512, tg = 128;
     bool json = false;
     int batches[8] = {4, 16, 64}, n_batches = 3;
     enum inferd_kv_type kvt = INFERD_KV_F16;
@@ -165,7 +165,6 @@ int cmd_bench_engine(int argc, char **argv)
             fprintf(stderr, "inferd: bench-engine: unknown option '%s'\n", a);
             return 2;
         }
-        (void)v;
     }
     if (!model_path) {
         fprintf(stderr, "inferd: bench-engine: -m MODEL is required\n");

@@ -279,7 +279,7 @@ int cmd_logits(int argc, char **argv)
     const char *model_path = NULL, *out_path = NULL;
     int32_t *toks = NULL;
     int n_toks = 0;
-    long threads = 1, chunk = 0, v;
+    long threads = 1, chunk = 0;
     enum inferd_kv_type kvt = INFERD_KV_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val;
@@ -308,7 +308,6 @@ int cmd_logits(int argc, char **argv)
             fprintf(stderr, "inferd: logits: unknown option '%s'\n", a);
             goto usage;
         }
-        (void)v;
     }
     if (!model_path || !out_path || !toks) {
         fprintf(stderr, "inferd: logits: -m, --tokens and -o are required\n");

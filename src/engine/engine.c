@@ -5,11 +5,16 @@
  * A step builds one batch under the token budget: first one decode token for
  * every running request whose prompt is done (oldest first), then prefill
  * chunks of requests still in their prompt, oldest first, each chunk as large
- * as the remaining budget allows. KV blocks are reserved before the forward;
- * a request that cannot get blocks waits for a later step. After the forward,
+ * as the remaining budget allows. KV blocks are reserved before the forward.
+ * A prompt chunk that cannot get blocks waits for a later step; a decode
+ * token that cannot get one preempts the newest request holding blocks,
+ * which goes back to waiting and later recomputes every token it has (its
+ * output does not change: the forward pass is bit-exact). After the forward,
  * every request that produced logits samples one token and emits an event.
  *
  *   waiting --admit--> running (prefill chunks ... decode ...) --> finished
+ *      ^                  |
+ *      +----preempted-----+
  *
  * Sampling is keyed by (seed, position) and logits are batch-invariant
  * (forward.h), so a request's events are the same whatever else runs.
