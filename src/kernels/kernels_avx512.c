@@ -1285,10 +1285,44 @@ AI __m512 ldkv(int kv, const char *row, int e, __mmask16 m)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* hsum16 of 16 vectors at once: lane r of the result = hsum16(v[r]), with
+ * exactly hsum16's pairings (halves, then quarters, then pairs, then the
+ * last two), so the bits are the same; the shuffles only move lanes. */
+AI __m512 hsum16x16(const __m512 v[16])
+{
+    __m512 s1[8], s2[4], s3[2];
+    for (int p = 0; p < 8; p++)
+        s1[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44),
+                              _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0xee));
+    for (int m = 0; m < 4; m++)
+        s2[m] = _mm512_add_ps(_mm512_shuffle_f32x4(s1[2 * m], s1[2 * m + 1], 0x88),
+                              _mm512_shuffle_f32x4(s1[2 * m], s1[2 * m + 1], 0xdd));
+    for (int n = 0; n < 2; n++)
+        s3[n] = _mm512_add_ps(_mm512_shuffle_ps(s2[2 * n], s2[2 * n + 1], 0x44),
+                              _mm512_shuffle_ps(s2[2 * n], s2[2 * n + 1], 0xee));
+    __m512 r =
+        _mm512_add_ps(_mm512_shuffle_ps(s3[0], s3[1], 0x88), _mm512_shuffle_ps(s3[0], s3[1], 0xdd));
+    /* lane 4j + k holds row j + 4k: SIGMA4, its own inverse */
+    return _mm512_permutexvar_ps(_mm512_loadu_si512(SIGMA4), r);
+}
+
 AI void kv_dot_t(const int kv, const char *k, size_t stride, int n_rows, const float *q, int d,
                  float *out)
 {
     int j = 0;
+    /* 16 rows (one default KV block) at a time: one reduction tree for all. */
+    for (; j + 16 <= n_rows; j += 16) {
+        __m512 acc[16];
+        for (int i = 0; i < 16; i++)
+            acc[i] = _mm512_setzero_ps();
+        for (int e = 0; e < d; e += 16) {
+            __mmask16 m = d - e >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - e)) - 1);
+            __m512 qv = _mm512_maskz_loadu_ps(m, q + e);
+            for (int i = 0; i < 16; i++)
+                acc[i] = _mm512_fmadd_ps(ldkv(kv, k + (size_t)(j + i) * stride, e, m), qv, acc[i]);
+        }
+        _mm512_storeu_ps(out + j, hsum16x16(acc));
+    }
     for (; j + 4 <= n_rows; j += 4) {
         __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                          _mm512_setzero_ps()};

@@ -301,7 +301,7 @@ TEST(kv_dot_and_accum)
 {
     struct rng r = {606};
     static const int ds[] = {1, 5, 16, 17, 64, 100, 128, 129};
-    static const int ns[] = {1, 3, 4, 9, 31};
+    static const int ns[] = {1, 3, 4, 9, 16, 31, 48};
     for (int ki = 0; ki < 3; ki++) {
         enum dtype kv = kv_types[ki];
         size_t es = kv == DTYPE_F32 ? 4 : 2;
