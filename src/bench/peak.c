@@ -23,6 +23,14 @@ struct peak_job {
     double work[256];    /* per thread: bytes or ops done */
 };
 
+/* The arithmetic peak loops, by kind. */
+static double (*const arith[])(long iters) = {
+    [PEAK_FMA512] = peak__fma_avx512,
+    [PEAK_BF16] = peak__bf16_avx512,
+    [PEAK_VNNI] = peak__vnni_avx512,
+    [PEAK_FMA256] = peak__fma_avx2,
+};
+
 static void peak_worker(void *arg, int ith, int nth)
 {
     struct peak_job *j = arg;
@@ -36,17 +44,8 @@ static void peak_worker(void *arg, int ith, int nth)
         j->work[ith] = j->avx512 ? peak__read_avx512(b, n) : peak__read_avx2(b, n);
         break;
     }
-    case PEAK_FMA512:
-        j->work[ith] = peak__fma_avx512(j->iters);
-        break;
-    case PEAK_BF16:
-        j->work[ith] = peak__bf16_avx512(j->iters);
-        break;
-    case PEAK_VNNI:
-        j->work[ith] = peak__vnni_avx512(j->iters);
-        break;
-    case PEAK_FMA256:
-        j->work[ith] = peak__fma_avx2(j->iters);
+    default:
+        j->work[ith] = arith[j->kind](j->iters);
         break;
     }
 }

@@ -67,32 +67,22 @@ void kern__softmax_ref(float *x, int n, float scale)
         x[i] *= inv;
 }
 
+/* One row per ISA level, indexed by kern_isa(). */
+static const struct {
+    void (*silu_mul)(float *g, const float *u, int n);
+    void (*softmax)(float *x, int n, float scale);
+} ops[KERN_ISA_COUNT] = {
+    [KERN_ISA_SCALAR] = {kern__silu_mul_ref, kern__softmax_ref},
+    [KERN_ISA_AVX2] = {kern__silu_mul_avx2, kern__softmax_avx2},
+    [KERN_ISA_AVX512] = {kern__silu_mul_avx512, kern__softmax_avx512},
+};
+
 void kern_silu_mul(float *g, const float *u, int n)
 {
-    switch (kern_isa()) {
-    case KERN_ISA_AVX512:
-        kern__silu_mul_avx512(g, u, n);
-        break;
-    case KERN_ISA_AVX2:
-        kern__silu_mul_avx2(g, u, n);
-        break;
-    default:
-        kern__silu_mul_ref(g, u, n);
-        break;
-    }
+    ops[kern_isa()].silu_mul(g, u, n);
 }
 
 void kern_softmax(float *x, int n, float scale)
 {
-    switch (kern_isa()) {
-    case KERN_ISA_AVX512:
-        kern__softmax_avx512(x, n, scale);
-        break;
-    case KERN_ISA_AVX2:
-        kern__softmax_avx2(x, n, scale);
-        break;
-    default:
-        kern__softmax_ref(x, n, scale);
-        break;
-    }
+    ops[kern_isa()].softmax(x, n, scale);
 }
