@@ -1,0 +1,100 @@
+/*
+ * tokenizer.h - text <-> token ids, exactly as the model's Hugging Face
+ * tokenizer does it.
+ *
+ * Two model kinds, both from the GGUF tokenizer.* metadata (or, for the
+ * model maker and tools, straight from a tokenizer.json directory):
+ *
+ *   "gpt2"   byte-level BPE: added/special tokens matched first, then the
+ *            family's pre-tokenizer split regexes (PCRE2 JIT), bytes mapped
+ *            to the GPT-2 byte alphabet, merges applied by rank (llama3's
+ *            "ignore merges": a whole pre-token that is in the vocab is one
+ *            token).
+ *   "llama"  SentencePiece-style BPE (Llama 2, Mistral, Gemma): normalizer
+ *            (prepend U+2581, spaces -> U+2581), merges by score, byte
+ *            fallback to <0xXX> tokens.
+ *
+ * Encoding never fails on text: invalid UTF-8 is handled as Hugging Face's
+ * tokenizers handle it (byte-level models encode the raw bytes).
+ *
+ * Decoding: tokenizer_decode turns a whole id sequence into text; the stream
+ * API turns one id at a time into text and never emits half a UTF-8
+ * character, so concatenating every piece it returns equals decoding the
+ * whole sequence at once.
+ *
+ * Lifetime: a tokenizer is a heap object, immutable after creation; any
+ * thread may encode / decode with it concurrently. It copies what it needs
+ * from the GGUF file (the file may be closed afterwards).
+ */
+#ifndef INFERD_MODEL_TOKENIZER_H
+#define INFERD_MODEL_TOKENIZER_H
+
+#include "base/buf.h"
+#include "base/err.h"
+#include "gguf/gguf.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct tokenizer;
+
+/* Flags for tokenizer_encode. */
+enum tokenizer_flags {
+    TOKENIZER_ADD_SPECIAL = 1 << 0,   /* add BOS/EOS as the model's config says */
+    TOKENIZER_PARSE_SPECIAL = 1 << 1, /* special-token text becomes special tokens;
+                                         without it, user text cannot inject them */
+};
+
+/* Loads from GGUF tokenizer.* keys. ERR_FORMAT / ERR_UNSUPPORTED with a
+ * message naming the key on a bad or unknown tokenizer. */
+int tokenizer_new_gguf(const struct gguf_file *f, struct tokenizer **out, struct err_msg *msg);
+
+/* Loads from dir/tokenizer.json + dir/tokenizer_config.json. */
+int tokenizer_new_hf(const char *dir, struct tokenizer **out, struct err_msg *msg);
+
+void tokenizer_free(struct tokenizer *t);
+
+int32_t tokenizer_n_vocab(const struct tokenizer *t);
+int32_t tokenizer_bos(const struct tokenizer *t); /* -1 = none */
+int32_t tokenizer_eos(const struct tokenizer *t); /* -1 = none */
+/* Text of the BOS / EOS token ("" when none), for chat templates. */
+const char *tokenizer_bos_text(const struct tokenizer *t);
+const char *tokenizer_eos_text(const struct tokenizer *t);
+/* True for tokens that end generation (eos, eot, <|im_end|>, <|eot_id|>, ...). */
+bool tokenizer_is_eog(const struct tokenizer *t, int32_t id);
+/* True for control/special tokens (skipped when decoding with skip_special). */
+bool tokenizer_is_special(const struct tokenizer *t, int32_t id);
+/* The chat template source from the model, or NULL. */
+const char *tokenizer_chat_template(const struct tokenizer *t);
+/* The vocabulary entry of id as stored (e.g. "Ġhello", "▁the", "<0x0A>"). */
+const char *tokenizer_piece(const struct tokenizer *t, int32_t id);
+
+/* Appends the ids of text[0..len) to out. Returns 0 (text never fails). */
+int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, unsigned flags,
+                     struct i32vec *out);
+
+/* Appends the text of ids to out. Ids outside the vocabulary are ERR_INVALID
+ * (message names the position). skip_special drops control tokens. */
+int tokenizer_decode(const struct tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
+                     struct buf *out, struct err_msg *msg);
+
+/* Incremental detokenizer: caller-owned state, one per sequence. */
+struct tokenizer_stream {
+    struct i32vec ids;   /* every id pushed so far */
+    size_t n_emitted;    /* bytes of the whole decoded text already returned */
+    bool skip_special;   /* as tokenizer_decode */
+    struct buf scratch;  /* decoding workspace */
+};
+
+void tokenizer_stream_init(struct tokenizer_stream *s, bool skip_special);
+void tokenizer_stream_release(struct tokenizer_stream *s);
+/* Pushes one id; appends to out the text that is now complete (possibly
+ * nothing). ERR_INVALID for an id outside the vocabulary. */
+int tokenizer_stream_push(const struct tokenizer *t, struct tokenizer_stream *s, int32_t id,
+                          struct buf *out, struct err_msg *msg);
+/* Appends whatever is still held back (an incomplete UTF-8 tail is emitted
+ * as U+FFFD, as whole-sequence decoding does). */
+void tokenizer_stream_flush(const struct tokenizer *t, struct tokenizer_stream *s, struct buf *out);
+
+#endif
