@@ -3,7 +3,7 @@
 #                                  "kernels" for module kernels)
 #   tests/fuzz/<target>/           fuzz_<target>.c + corpus/, replayed by ctest
 #                                  (label "fuzz") through a plain main() driver
-#   tests/reference/*.py           numpy reference checks (label "reference")
+#   tests/<group>/test_*.sh        script tests, label = group (see below)
 file(GLOB_RECURSE UNIT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/unit/*/test_*.c)
 foreach(src ${UNIT_TESTS})
   get_filename_component(name ${src} NAME_WE)
@@ -40,10 +40,14 @@ foreach(dir ${FUZZ_DIRS})
   endif()
 endforeach()
 
-# Script tests (numpy reference, CLI checks): tests/reference/*.sh and
-# tests/cli/*.sh get INFERD_BIN and a scratch directory.
+# Script tests get INFERD_BIN and a scratch directory; the folder is the label:
+#   reference/  numpy forward pass      cli/   command-line behaviour
+#   diff/       differential tests against the npm oracles (tokenizers, templates)
+#   e2e/        the API server driven by the official SDKs     lint/  formatting
 file(GLOB SCRIPT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/reference/test_*.sh
                                          ${CMAKE_SOURCE_DIR}/tests/cli/test_*.sh
+                                         ${CMAKE_SOURCE_DIR}/tests/diff/test_*.sh
+                                         ${CMAKE_SOURCE_DIR}/tests/e2e/test_*.sh
                                          ${CMAKE_SOURCE_DIR}/tests/lint/test_*.sh)
 foreach(sh ${SCRIPT_TESTS})
   get_filename_component(name ${sh} NAME_WE)
