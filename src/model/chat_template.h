@@ -36,8 +36,8 @@ void chat_template_free(struct chat_template *ct);
  * OpenAI tool definitions or NULL; kwargs: JSON object or NULL. Returns
  * ERR_INVALID with a message naming the message index and field for bad
  * input, or the template's own raise_exception text. */
-int chat_template_apply(const struct chat_template *ct, const json_t *messages,
-                        const json_t *tools, bool add_generation_prompt, const json_t *kwargs,
-                        struct buf *out, struct err_msg *msg);
+int chat_template_apply(const struct chat_template *ct, const json_t *messages, const json_t *tools,
+                        bool add_generation_prompt, const json_t *kwargs, struct buf *out,
+                        struct err_msg *msg);
 
 #endif
