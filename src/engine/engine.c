@@ -825,11 +825,29 @@ int inferd_kv_events(inferd_engine *e, struct inferd_kv_event *out, int cap)
         for (int i = 0; i < k; i++, n++) {
             out[n].kind =
                 ev[i].kind == KV_PREFIX_EVENT_STORED ? INFERD_KV_STORED : INFERD_KV_EVICTED;
-            for (int b = 0; b < 8; b++) {
-                out[n].id[b] = (uint8_t)(ev[i].id.hi >> (56 - 8 * b));
-                out[n].id[8 + b] = (uint8_t)(ev[i].id.lo >> (56 - 8 * b));
-            }
+            kv_block_id_to_bytes(&ev[i].id, out[n].id);
         }
     }
     return n;
+}
+
+size_t inferd_kv_frame_bytes(const inferd_engine *e)
+{
+    return e->prefix_on ? kv_prefix_frame_bytes(&e->prefix) : 0;
+}
+
+int inferd_kv_export(inferd_engine *e, const uint8_t id[16], void *buf, size_t cap)
+{
+    if (!e->prefix_on) return ERR_NOT_FOUND;
+    struct kv_block_id bid = kv_block_id_from_bytes(id);
+    return kv_prefix_export(&e->prefix, &bid, buf, cap);
+}
+
+int inferd_kv_import(inferd_engine *e, const void *buf, size_t len, char *err, size_t err_len)
+{
+    struct err_msg msg = {{0}};
+    int rc = e->prefix_on ? kv_prefix_import(&e->prefix, buf, len, &msg)
+                          : err_set(&msg, ERR_INVALID, "kv import: the prefix cache is off");
+    if (rc) copy_err(err, err_len, &msg, rc);
+    return rc;
 }

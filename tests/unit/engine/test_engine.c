@@ -6,7 +6,8 @@
  * requests or their priorities, when KV runs out the lowest-ranked request is
  * preempted and recomputed with unchanged output, a prefix-cache hit gives
  * the same tokens and logprobs as a miss, salts keep tenants apart, a full
- * waiting queue refuses with ERR_OVERLOADED, and priorities order the work.
+ * waiting queue refuses with ERR_OVERLOADED, priorities order the work, and
+ * exported blocks serve another engine.
  */
 #include "test.h"
 
@@ -671,6 +672,59 @@ TEST(max_seqs_limits_running)
     struct result res[4];
     run_many(e, ids, 4, res);
     inferd_engine_free(e);
+}
+
+TEST(exported_blocks_serve_another_engine)
+{
+    /* Engine A computes a prompt; its stored blocks travel as frames to a
+     * fresh engine B, where the same prompt hits them and gives the output
+     * it gives computed from scratch. */
+    int32_t p[64];
+    prompt_of(p, 50, 50, 0);
+    struct inferd_engine_config cfg = cfg_of(64, 64, 8);
+    cfg.kv_events = true;
+    inferd_engine *a = engine_cfg(&cfg), *b = engine_cfg(&cfg);
+    run_one(a, submit_p(a, p, 50, 4, 21, 0, NULL), &res_a);
+    struct inferd_kv_event ev[16];
+    int n = inferd_kv_events(a, ev, 16);
+    EXPECT_EQ_INT(n, 3); /* 50 + 3 computed positions: 3 full blocks */
+    size_t len = inferd_kv_frame_bytes(a);
+    EXPECT(len > 56);
+    uint8_t *frame = malloc(len);
+    char err[256];
+    for (int i = 0; i < n; i++) {
+        EXPECT_EQ_INT(inferd_kv_export(a, ev[i].id, frame, len), 0);
+        EXPECT_EQ_INT(inferd_kv_import(b, frame, len, err, sizeof(err)), 0);
+    }
+    EXPECT_EQ_INT(inferd_kv_export(a, ev[0].id, frame, len - 1), ERR_INVALID);
+    uint8_t unknown[16] = {0};
+    EXPECT_EQ_INT(inferd_kv_export(a, unknown, frame, len), ERR_NOT_FOUND);
+    struct inferd_stats st;
+    inferd_engine_stats(b, &st);
+    EXPECT_EQ_INT(st.kv_blocks_cached, 3);
+    EXPECT_EQ_INT(st.n_kv_stored, 3);
+    reference(p, 50, 4, 21, &ref_a);
+    run_one(b, submit_p(b, p, 50, 4, 21, 0, NULL), &res_b);
+    EXPECT_EQ_INT(res_b.n_cached, 48);
+    EXPECT(same_output(&res_b, &ref_a));
+    EXPECT(same_output(&res_a, &ref_a));
+
+    /* Frames are external input: corruption and mismatches are refused. */
+    EXPECT_EQ_INT(inferd_kv_export(a, ev[1].id, frame, len), 0);
+    frame[len - 1] ^= 1;
+    EXPECT_EQ_INT(inferd_kv_import(b, frame, len, err, sizeof(err)), ERR_FORMAT);
+    EXPECT(strstr(err, "checksum") != NULL);
+    EXPECT_EQ_INT(inferd_kv_import(b, frame, 20, err, sizeof(err)), ERR_FORMAT);
+    frame[len - 1] ^= 1;
+    EXPECT_EQ_INT(inferd_kv_import(b, frame, len - 2, err, sizeof(err)), ERR_FORMAT);
+    cfg.kv_type = INFERD_KV_F32;
+    inferd_engine *c = engine_cfg(&cfg);
+    EXPECT_EQ_INT(inferd_kv_import(c, frame, len, err, sizeof(err)), ERR_INVALID);
+    EXPECT(strstr(err, "fingerprint") != NULL);
+    inferd_engine_free(c);
+    free(frame);
+    inferd_engine_free(a);
+    inferd_engine_free(b);
 }
 
 TEST(load_cleanup)
