@@ -94,6 +94,7 @@ struct req {
     int n_committed;          /* leading blocks entered into (or taken from) the index */
     int batch_seq;            /* index in the current batch's seqs, or -1 */
     int rank;                 /* position in this step's priority order */
+    uint64_t preempted_in;    /* step serial of the last preemption (0: never) */
 };
 
 struct inferd_engine {
@@ -111,6 +112,7 @@ struct inferd_engine {
     int n_running;                   /* requests in REQ_STATE_RUNNING */
     int n_reqs, cap_reqs;            /* count, allocated (both arrays) */
     uint64_t next_id;                /* next request id */
+    uint64_t step_serial;            /* inferd_engine_step calls, idle ones included */
     /* step scratch, sized for token_budget */
     int32_t *b_tokens, *b_pos, *b_seq; /* (token_budget) */
     bool *b_want;                      /* (token_budget) */
@@ -618,6 +620,7 @@ static void preempt(struct inferd_engine *e, struct req *q)
     q->n_computed = 0;
     q->n_committed = 0;
     q->state = REQ_STATE_WAITING;
+    q->preempted_in = e->step_serial;
     e->n_running--;
     e->stats.n_preempted++;
 }
@@ -679,6 +682,7 @@ static int by_priority(const void *pa, const void *pb)
 int inferd_engine_step(inferd_engine *e)
 {
     double t0 = time_now_s();
+    e->step_serial++;
     /* Retire finished requests (their blocks are released already). */
     int w = 0;
     for (int i = 0; i < e->n_reqs; i++) {
@@ -713,7 +717,9 @@ int inferd_engine_step(inferd_engine *e)
         if (q->batch_seq >= 0 || q->state == REQ_STATE_FINISHED) continue;
         int hit = -1; /* blocks attached if q is admitted now */
         if (q->state == REQ_STATE_WAITING) {
-            if (e->n_running >= e->cfg.max_seqs) continue;
+            /* A request preempted in this step waits for the next one:
+             * readmitting it now would only take back what was freed. */
+            if (e->n_running >= e->cfg.max_seqs || q->preempted_in == e->step_serial) continue;
             hit = admit(e, q);
         } else if (q->n_tokens - q->n_computed == 1) {
             continue; /* decoding: handled above (or out of budget) */
