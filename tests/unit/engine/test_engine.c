@@ -727,6 +727,86 @@ TEST(exported_blocks_serve_another_engine)
     inferd_engine_free(b);
 }
 
+TEST(stress_small_pool_priorities_cancels)
+{
+    /* Twelve requests sharing prefixes, random priorities, a pool of 10
+     * blocks, chunked prefill, two cancellations: the engine never stalls,
+     * every other request gives what it gives in a roomy engine without a
+     * prefix cache, and all blocks come back. */
+    enum { N = 12 };
+    static int32_t pr[N][80];
+    int np[N], mt[N], prio[N];
+    uint64_t rng = 42;
+    for (int k = 0; k < N; k++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        np[k] = 10 + (int)(rng >> 33) % 60;
+        mt[k] = 4 + (int)(rng >> 40) % 30;
+        prio[k] = (int)(rng >> 50) % 3;
+        prompt_of(pr[k], np[k], (int)(rng >> 20) % 64, k + 1);
+    }
+    struct result big[N], small[N];
+    struct inferd_engine_config cfg = cfg_of(64, 80, N);
+    cfg.no_prefix_cache = true;
+    inferd_engine *e = engine_cfg(&cfg);
+    uint64_t ids[N];
+    for (int k = 0; k < N; k++)
+        ids[k] = submit_p(e, pr[k], np[k], mt[k], (uint64_t)k, 0, NULL);
+    run_many(e, ids, N, big);
+    inferd_engine_free(e);
+
+    cfg = cfg_of(16, 10, 4); /* max_ctx 160 */
+    e = engine_cfg(&cfg);
+    for (int k = 0; k < N; k++)
+        ids[k] = submit_p(e, pr[k], np[k], mt[k], (uint64_t)k, prio[k], NULL);
+    memset(small, 0, sizeof(small));
+    int finished = 0, stalls = 0;
+    for (int step = 0; step < 20000 && finished < N; step++) {
+        if (step == 5) EXPECT_EQ_INT(inferd_cancel(e, ids[3]), 0);
+        if (step == 40) inferd_cancel(e, ids[8]); /* may have finished */
+        int rc = inferd_engine_step(e);
+        EXPECT(rc >= 0);
+        struct inferd_event ev;
+        int n_ev = 0;
+        while (inferd_poll(e, &ev)) {
+            n_ev++;
+            int k = (int)(ev.request - ids[0]);
+            EXPECT(k >= 0 && k < N);
+            struct result *r = &small[k];
+            if (ev.token >= 0 && r->n < 128) {
+                r->toks[r->n] = ev.token;
+                r->lps[r->n] = ev.logprob;
+                for (int j = 0; j < 3; j++)
+                    r->top[r->n][j] = ev.top[j].logprob;
+                r->n++;
+            }
+            if (ev.finish != INFERD_FINISH_NONE) {
+                r->finish = ev.finish;
+                finished++;
+            }
+        }
+        stalls += rc == 0 && n_ev == 0;
+    }
+    EXPECT_EQ_INT(finished, N);
+    EXPECT_EQ_INT(stalls, 0);
+    EXPECT_EQ_INT(small[3].finish, INFERD_FINISH_CANCELLED);
+    for (int k = 0; k < N; k++) {
+        if (small[k].finish == INFERD_FINISH_CANCELLED) {
+            EXPECT(small[k].n <= big[k].n);
+            EXPECT(memcmp(small[k].toks, big[k].toks, sizeof(int32_t) * small[k].n) == 0);
+            continue;
+        }
+        EXPECT(same_output(&small[k], &big[k]));
+    }
+    struct inferd_stats st;
+    inferd_engine_stats(e, &st);
+    EXPECT(st.n_preempted >= 1);
+    EXPECT(st.n_prefix_hit_blocks >= 1);
+    EXPECT_EQ_INT(st.kv_blocks_used, 0);
+    EXPECT_EQ_INT(st.kv_blocks_used + st.kv_blocks_cached + st.kv_blocks_free, 10);
+    EXPECT_EQ_INT(st.n_finished, N);
+    inferd_engine_free(e);
+}
+
 TEST(load_cleanup)
 {
     inferd_model_free(model);
