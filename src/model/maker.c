@@ -396,6 +396,11 @@ int maker_tokenizer_dir(const char *spec, enum model_arch arch, const char *exe_
         {"llama3", "llama3"},
         {"deepseek_v3", "deepseek_v3"},
         {"deepseek-v3", "deepseek_v3"},
+        {"gpt4o", "gpt4o"},
+        {"gpt-4o", "gpt4o"},
+        {"llama2", "llama2"},
+        {"gemma3", "gemma3"},
+        {"mistral_nemo", "mistral_nemo"},
     };
     if (!spec) spec = arch == MODEL_ARCH_LLAMA ? "llama3" : "qwen3";
     const char *package = NULL;
@@ -403,10 +408,12 @@ int maker_tokenizer_dir(const char *spec, enum model_arch arch, const char *exe_
         if (strcmp(spec, packages[i].alias) == 0) package = packages[i].package;
     if (!package || strchr(spec, '/')) {
         if (!is_dir(spec))
-            return err_set(msg, ERR_NOT_FOUND,
-                           "tokenizer directory '%s' does not exist (give a "
-                           "directory with tokenizer.json, or qwen3 | llama3 | deepseek_v3)",
-                           spec);
+            return err_set(
+                msg, ERR_NOT_FOUND,
+                "tokenizer directory '%s' does not exist (give a "
+                "directory with tokenizer.json, or qwen3 | llama3 | deepseek_v3 | gpt4o | "
+                "llama2 | gemma3 | mistral_nemo)",
+                spec);
         snprintf(out, out_size, "%s", spec);
         return 0;
     }
