@@ -113,6 +113,7 @@ struct tokenizer {
     struct tokenizer_vocab_map vocab;  /* model key string -> id (added tokens excluded) */
     struct tokenizer_merge_map merges; /* (left, right) -> rank, merged id */
     bool has_merges;                   /* false: SentencePiece merging by score */
+    int64_t n_merges;                  /* merge ranks 0..n_merges-1 */
     uint32_t *score_rank;              /* (n_vocab) without merges: rank by score, else NULL */
     int32_t byte_id[256];              /* token of a single raw byte (<0xXX> for SPM); -1 */
     uint8_t *whole_ok;                 /* (n_vocab) 0 unknown, 1 BPE(token) == token, 2 not */

@@ -53,7 +53,19 @@ int tokenizer_new_gguf(const struct gguf_file *f, struct tokenizer **out, struct
 /* Loads from dir/tokenizer.json + dir/tokenizer_config.json. */
 int tokenizer_new_hf(const char *dir, struct tokenizer **out, struct err_msg *msg);
 
+/* Builds from an already loaded tokenizer.json (model/hf_tokenizer.h); the
+ * model maker uses it to check and resolve what it writes. */
+struct hf_tokenizer;
+int tokenizer_new_hf_loaded(const struct hf_tokenizer *h, struct tokenizer **out,
+                            struct err_msg *msg);
+
 void tokenizer_free(struct tokenizer *t);
+
+/* The merges resolved to token ids, in rank order: (3 * n) int32 left,
+ * right, result, or -1 -1 -1 for a merge that can never apply; returns n.
+ * *out is heap memory the caller frees. Written by the model maker as
+ * tokenizer.inferd.merge_ids, so loading needs no string lookups. */
+int64_t tokenizer_merge_ids(const struct tokenizer *t, int32_t **out);
 
 int32_t tokenizer_n_vocab(const struct tokenizer *t);
 int32_t tokenizer_bos(const struct tokenizer *t); /* -1 = none */
