@@ -138,12 +138,6 @@ struct tokenizer {
     char *chat_template; /* NULL = none */
 };
 
-/* The GPT-2 byte alphabet: byte b is written as code point
- * tokenizer__byte_cp[b]; tokenizer__cp_byte maps code points < 324 back
- * (-1 for code points that stand for no byte). */
-extern const uint16_t tokenizer__byte_cp[256];
-int tokenizer__cp_byte(uint32_t cp);
-
 /* Key string -> id in the model vocabulary, or -1. */
 int32_t tokenizer__lookup(const struct tokenizer *t, const char *s, size_t n);
 

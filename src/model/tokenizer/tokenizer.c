@@ -143,7 +143,8 @@ static void merge_insert(struct tokenizer *t, int32_t a, int32_t b, uint32_t ran
 
 /* ---- the GPT-2 byte alphabet ---- */
 
-const uint16_t tokenizer__byte_cp[256] = {
+/* The GPT-2 byte alphabet: byte b is written as code point byte_cp[b]. */
+static const uint16_t byte_cp[256] = {
 #define R8(x) x, x + 1, x + 2, x + 3, x + 4, x + 5, x + 6, x + 7
     /* 0x00-0x20 -> U+0100.. ; 0x21-0x7e themselves ; 0x7f-0xa0 -> U+0121.. ;
      * 0xa1-0xac themselves ; 0xad -> U+0143 ; 0xae-0xff themselves */
@@ -155,7 +156,7 @@ const uint16_t tokenizer__byte_cp[256] = {
 #undef R8
 };
 
-static int16_t cp_byte[324]; /* inverse of tokenizer__byte_cp; -1 = no byte */
+static int16_t cp_byte[324]; /* inverse of byte_cp; -1 = no byte */
 static pthread_once_t cp_byte_once = PTHREAD_ONCE_INIT;
 
 static void cp_byte_init(void)
@@ -163,13 +164,7 @@ static void cp_byte_init(void)
     for (int i = 0; i < 324; i++)
         cp_byte[i] = -1;
     for (int b = 0; b < 256; b++)
-        cp_byte[tokenizer__byte_cp[b]] = (int16_t)b;
-}
-
-int tokenizer__cp_byte(uint32_t cp)
-{
-    pthread_once(&cp_byte_once, cp_byte_init);
-    return cp < 324 ? cp_byte[cp] : -1;
+        cp_byte[byte_cp[b]] = (int16_t)b;
 }
 
 /* Decodes one UTF-8 code point of s[0..n) (n > 0): its length, or 0 when the

@@ -16,6 +16,31 @@
  *
  * Encoding never fails on text: invalid UTF-8 is handled as Hugging Face's
  * tokenizers handle it (byte-level models encode the raw bytes).
+ * Hugging Face strings cannot hold invalid UTF-8, so the rule for it is
+ * ours: bytes that are not valid UTF-8 never match a split regex, so each
+ * run of them is a pre-token of its own, encoded byte by byte (SentencePiece:
+ * <0xXX> byte fallback); the valid text around them tokenizes as if they
+ * were not there.
+ *
+ * Added tokens (specials and user-defined) are matched on the raw text
+ * before anything else, leftmost and longest first, with their lstrip /
+ * rstrip / single_word flags. Control tokens match only with
+ * TOKENIZER_PARSE_SPECIAL (off by default: user text never injects them);
+ * user-defined ones always match. GGUF keeps no record of those flags nor of
+ * the NFC normalizer or llama3's ignore_merges, so the model maker stores
+ * them in tokenizer.inferd.* keys (model/hf_tokenizer.h) together with the
+ * merges resolved to ids; files without these keys load with llama.cpp's
+ * defaults (every CONTROL / USER_DEFINED token is an added token, control
+ * ones special, no flags; NFC for "qwen2"; ignore_merges for "llama-bpe"
+ * and "tekken").
+ *
+ * Known differences from Hugging Face: none found on the differential tests
+ * (tests/diff). By construction: \s in split regexes is Unicode White_Space
+ * as in Hugging Face's regex engines (the JavaScript port used as the test
+ * oracle differs on U+0085 and U+FEFF, which the tests leave out); character
+ * classes follow PCRE2's Unicode tables (14.0 for PCRE2 10.42), so letters
+ * added to Unicode later are not letters here; decoding does not apply
+ * clean_up_tokenization_spaces (neither does llama.cpp).
  *
  * Decoding: tokenizer_decode turns a whole id sequence into text; the stream
  * API turns one id at a time into text and never emits half a UTF-8
