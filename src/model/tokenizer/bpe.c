@@ -26,9 +26,9 @@
  *
  * The merge engine applies the lowest-ranked adjacent pair first, leftmost
  * on ties (Hugging Face's order). Pieces up to SMALL_PIECE symbols use a
- * linear scan over a stack array (no allocation; most words are short);
- * longer ones a binary heap over a linked list, O(n log n), so a megabyte
- * of spaces is not quadratic.
+ * linear scan (most words are short); longer ones a binary heap over a
+ * linked list, O(n log n), so a megabyte of spaces is not quadratic. Pieces
+ * up to STACK_PIECE bytes allocate nothing.
  *
  * Threads: any; per-thread PCRE2 match data and JIT stack are created on
  * first use and kept for the thread's life.
@@ -41,7 +41,8 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#define SMALL_PIECE 64
+#define SMALL_PIECE 16  /* linear scan up to this many symbols */
+#define STACK_PIECE 256 /* heap merging without allocation up to this many */
 
 /* ---- pre-tokenizer patterns ---- */
 
@@ -236,10 +237,16 @@ static struct heap_ent heap_pop(struct heap_ent *h, size_t *n)
     return top;
 }
 
-static size_t merge_large(const struct tokenizer *t, int32_t *sym, size_t n)
+/* Heap merging. Each merge pops one entry and pushes at most two, and there
+ * are at most n - 1 merges, so the heap never holds more than 2n entries. */
+static size_t merge_heap(const struct tokenizer *t, int32_t *sym, size_t n)
 {
-    int32_t *next = xmalloc(n * sizeof(*next)), *prev = xmalloc(n * sizeof(*prev));
-    struct heap_ent *h = xmalloc(n * sizeof(*h));
+    int32_t next_s[STACK_PIECE], prev_s[STACK_PIECE];
+    struct heap_ent h_s[2 * STACK_PIECE];
+    bool big = n > STACK_PIECE;
+    int32_t *next = big ? xmalloc(n * sizeof(*next)) : next_s;
+    int32_t *prev = big ? xmalloc(n * sizeof(*prev)) : prev_s;
+    struct heap_ent *h = big ? xmalloc(2 * n * sizeof(*h)) : h_s;
     size_t nh = 0;
     for (size_t i = 0; i < n; i++) {
         next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
@@ -260,6 +267,7 @@ static size_t merge_large(const struct tokenizer *t, int32_t *sym, size_t n)
         sym[q] = -1;
         next[p] = next[q];
         if (next[q] >= 0) prev[next[q]] = p;
+        CHECK(nh + 2 <= 2 * n);
         if (prev[p] >= 0 && pair(t, sym[prev[p]], sym[p], &rank, &res))
             heap_push(h, &nh, (struct heap_ent){rank, prev[p], sym[prev[p]], sym[p]});
         if (next[p] >= 0 && pair(t, sym[p], sym[next[p]], &rank, &res))
@@ -268,15 +276,17 @@ static size_t merge_large(const struct tokenizer *t, int32_t *sym, size_t n)
     size_t m = 0;
     for (int32_t i = 0; i >= 0; i = next[i])
         sym[m++] = sym[i];
-    free(next);
-    free(prev);
-    free(h);
+    if (big) {
+        free(next);
+        free(prev);
+        free(h);
+    }
     return m;
 }
 
 static size_t merge(const struct tokenizer *t, int32_t *sym, size_t n)
 {
-    return n <= SMALL_PIECE ? merge_small(t, sym, n) : merge_large(t, sym, n);
+    return n <= SMALL_PIECE ? merge_small(t, sym, n) : merge_heap(t, sym, n);
 }
 
 /* ---- byte-level pieces ---- */
@@ -296,8 +306,8 @@ static void bpe_piece(const struct tokenizer *t, const char *s, size_t n, struct
             return;
         }
     }
-    int32_t small[SMALL_PIECE];
-    int32_t *sym = n <= SMALL_PIECE ? small : xmalloc(n * sizeof(*sym));
+    int32_t small[STACK_PIECE];
+    int32_t *sym = n <= STACK_PIECE ? small : xmalloc(n * sizeof(*sym));
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         int32_t id = t->byte_id[(unsigned char)s[i]];
