@@ -87,6 +87,8 @@ static void vocab_free(struct vocab *v)
         free(v->merge[i]);
 }
 
+static char last_error[1024]; /* message of the last failed load */
+
 /* Writes v as GGUF tokenizer keys and loads it back. */
 static struct tokenizer *load(const struct vocab *v, const char *model, const char *pre, int bos,
                               int eos, bool add_bos)
@@ -123,7 +125,7 @@ static struct tokenizer *load(const struct vocab *v, const char *model, const ch
     int rc = gguf_writer_write(w, path, &msg);
     if (rc == 0) rc = gguf_open(path, &f, &msg);
     if (rc == 0) rc = tokenizer_new_gguf(f, &t, &msg);
-    if (rc) fprintf(stderr, "  load: %s\n", msg.text);
+    if (rc) snprintf(last_error, sizeof(last_error), "%s", msg.text);
     if (f) gguf_close(f);
     unlink(path);
     gguf_writer_free(w);
@@ -167,7 +169,10 @@ TEST(merges_by_rank)
     bytelevel(&v, merges, (int)ARRAY_LEN(merges));
     struct tokenizer *t = load(&v, "gpt2", "gpt-4o", -1, -1, false);
     EXPECT(t != NULL);
-    if (!t) return;
+    if (!t) {
+        fprintf(stderr, "  %s\n", last_error);
+        return;
+    }
     ENC(t, "hello world", 0, HELLO, G_WORLD);
     /* Equal ranks: leftmost first. */
     ENC(t, "aaa", 0, AA, 'a');
@@ -439,19 +444,19 @@ TEST(bad_files)
     struct vocab v;
     bytelevel(&v, merges, 2);
     struct tokenizer *t = load(&v, "wordpiece", "gpt-4o", -1, -1, false);
-    EXPECT(t == NULL);
+    EXPECT(t == NULL && strstr(last_error, "tokenizer.ggml.model"));
     t = load(&v, "gpt2", "no-such-family", -1, -1, false);
-    EXPECT(t == NULL);
+    EXPECT(t == NULL && strstr(last_error, "tokenizer.ggml.pre"));
     t = load(&v, "gpt2", "gpt-4o", v.n + 5, -1, false); /* bos out of range */
-    EXPECT(t == NULL);
+    EXPECT(t == NULL && strstr(last_error, "bos_token_id"));
     v.type[3] = 42;
     t = load(&v, "gpt2", "gpt-4o", -1, -1, false);
-    EXPECT(t == NULL);
+    EXPECT(t == NULL && strstr(last_error, "token_type[3]"));
     v.type[3] = 1;
     free(v.merge[0]);
     v.merge[0] = xstrdup("nospace");
     t = load(&v, "gpt2", "gpt-4o", -1, -1, false);
-    EXPECT(t == NULL);
+    EXPECT(t == NULL && strstr(last_error, "merges[0]"));
     vocab_free(&v);
     /* A GGUF file with no tokenizer at all. */
     struct gguf_writer *w = gguf_writer_new();
