@@ -31,12 +31,13 @@
  * up to STACK_PIECE bytes allocate nothing.
  *
  * Threads: any; per-thread PCRE2 match data and JIT stack are created on
- * first use and kept for the thread's life.
+ * first use and freed when the thread exits (a pthread key destructor).
  */
 #include "model/tokenizer/internal.h"
 
 #include "base/check.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -118,22 +119,45 @@ int tokenizer__setup_pre(struct tokenizer *t, struct err_msg *msg)
 
 /* ---- per-thread matching state ---- */
 
-static _Thread_local pcre2_match_data *tl_md;
-static _Thread_local pcre2_match_context *tl_mctx;
+/* Match data, match context and JIT stack of one thread; freed by the key's
+ * destructor when the thread exits. */
+struct match_state {
+    pcre2_match_data *md;       /* ovector of one pair: the patterns capture nothing */
+    pcre2_match_context *mctx;  /* carries the JIT stack */
+    pcre2_jit_stack *jit_stack; /* 32 KiB growing to 4 MiB, for long runs */
+};
 
-static pcre2_match_data *match_data(pcre2_match_context **mctx)
+static pthread_key_t match_key;
+static pthread_once_t match_once = PTHREAD_ONCE_INIT;
+
+static void match_state_free(void *p)
 {
-    if (!tl_md) {
-        tl_md = pcre2_match_data_create(1, NULL);
-        tl_mctx = pcre2_match_context_create(NULL);
-        CHECK(tl_md && tl_mctx);
-        /* A larger JIT stack than the 32 KiB default, for long runs. */
-        pcre2_jit_stack *js = pcre2_jit_stack_create(32 << 10, 4 << 20, NULL);
-        CHECK(js);
-        pcre2_jit_stack_assign(tl_mctx, NULL, js);
+    struct match_state *m = p;
+    pcre2_match_data_free(m->md);
+    pcre2_match_context_free(m->mctx);
+    pcre2_jit_stack_free(m->jit_stack);
+    free(m);
+}
+
+static void match_key_init(void)
+{
+    CHECK(pthread_key_create(&match_key, match_state_free) == 0);
+}
+
+static struct match_state *match_state(void)
+{
+    pthread_once(&match_once, match_key_init);
+    struct match_state *m = pthread_getspecific(match_key);
+    if (!m) {
+        m = xmalloc(sizeof(*m));
+        m->md = pcre2_match_data_create(1, NULL);
+        m->mctx = pcre2_match_context_create(NULL);
+        m->jit_stack = pcre2_jit_stack_create(32 << 10, 4 << 20, NULL);
+        CHECK(m->md && m->mctx && m->jit_stack);
+        pcre2_jit_stack_assign(m->mctx, NULL, m->jit_stack);
+        CHECK(pthread_setspecific(match_key, m) == 0);
     }
-    *mctx = tl_mctx;
-    return tl_md;
+    return m;
 }
 
 /* ---- the merge engine ---- */
@@ -369,9 +393,8 @@ static void encode_bytelevel(const struct tokenizer *t, const char *s, size_t n,
             n = strlen(norm);
         }
     }
-    pcre2_match_context *mctx;
-    pcre2_match_data *md = match_data(&mctx);
-    split(t, 0, s, n, md, mctx, out);
+    struct match_state *m = match_state();
+    split(t, 0, s, n, m->md, m->mctx, out);
     free(norm);
 }
 

@@ -15,6 +15,7 @@
 #include "base/rng.h"
 #include "model/tokenizer/tokenizer.h"
 
+#include <pthread.h>
 #include <utf8proc.h>
 
 static struct tokenizer *load(const char *name)
@@ -158,12 +159,53 @@ static void check_round_trip(const struct tokenizer *t, uint64_t seed, int n_tex
     EXPECT_EQ_INT(bad, 0);
 }
 
+/* Threads encoding the same texts concurrently (sharing the lazily filled
+ * whole-piece cache) get what one thread gets. */
+struct enc_job {
+    const struct tokenizer *t; /* shared tokenizer */
+    uint64_t seed;             /* texts to encode */
+    uint64_t sum;              /* hash of every id produced */
+};
+
+static void *enc_thread(void *p)
+{
+    struct enc_job *j = p;
+    uint64_t seed = j->seed;
+    for (int k = 0; k < 400; k++) {
+        char text[256];
+        size_t n = random_text(&seed, text, sizeof(text));
+        struct i32vec ids = {0};
+        tokenizer_encode(j->t, text, n, 0, &ids);
+        for (size_t i = 0; i < ids.n; i++)
+            j->sum = j->sum * 31 + (uint64_t)ids.v[i];
+        i32vec_release(&ids);
+    }
+    return NULL;
+}
+
+static void check_threads(const struct tokenizer *t)
+{
+    struct enc_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (struct enc_job){t, 99, 0};
+        CHECK(pthread_create(&th[i], NULL, enc_thread, &jobs[i]) == 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    struct enc_job one = {t, 99, 0};
+    enc_thread(&one);
+    for (int i = 0; i < 4; i++)
+        EXPECT(jobs[i].sum == one.sum);
+}
+
 TEST(gpt4o)
 {
     struct tokenizer *t = load("gpt4o");
     if (!t) return;
     check_stream(t, 1, 3000);
     check_round_trip(t, 2, 3000, false);
+    check_threads(t);
     /* Raw invalid bytes survive encoding as byte tokens and decode lossily. */
     struct i32vec ids = {0};
     tokenizer_encode(t,
