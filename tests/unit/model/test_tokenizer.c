@@ -141,7 +141,7 @@ static bool enc_is(const struct tokenizer *t, const char *text, size_t len, unsi
     size_t n = 0;
     while (want[n] >= 0)
         n++;
-    bool same = ids.n == n && memcmp(ids.v, want, n * sizeof(*want)) == 0;
+    bool same = ids.n == n && (n == 0 || memcmp(ids.v, want, n * sizeof(*want)) == 0);
     if (!same) {
         fprintf(stderr, "  encode '%.*s': got", (int)len, text);
         for (size_t i = 0; i < ids.n; i++)
