@@ -40,7 +40,11 @@
  * oracle differs on U+0085 and U+FEFF, which the tests leave out); character
  * classes follow PCRE2's Unicode tables (14.0 for PCRE2 10.42), so letters
  * added to Unicode later are not letters here; decoding does not apply
- * clean_up_tokenization_spaces (neither does llama.cpp).
+ * clean_up_tokenization_spaces (neither does llama.cpp). Not supported:
+ * Metaspace's prepend_scheme "first" (a U+2581 is prepended to every
+ * section between added tokens, as the Prepend normalizer does), Unigram
+ * and WordPiece models; a GGUF "gpt2" file whose pre-tokenizer is missing
+ * or "default" gets the GPT-2 split.
  *
  * Decoding: tokenizer_decode turns a whole id sequence into text; the stream
  * API turns one id at a time into text and never emits half a UTF-8
