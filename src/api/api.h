@@ -52,6 +52,7 @@ struct api_request {
     int n;                          /* completions per prompt (1..API_MAX_N) */
     int max_tokens;                 /* 0 = until the context is full */
     struct inferd_sampling sp;      /* sampling; sp.logit_bias points at bias */
+    bool has_seed;                  /* the client chose sp.seed (else drawn per request) */
     struct inferd_logit_bias *bias; /* (n_bias) OpenAI logit_bias entries */
     int n_bias;                     /* entries of bias */
     bool logprobs;                  /* report token logprobs */

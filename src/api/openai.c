@@ -96,6 +96,7 @@ static int decode_common(const json_t *root, struct api_request *r, struct err_m
     if (seed && !json_is_null(seed)) {
         if (!json_is_integer(seed)) return api_fail(r, msg, "seed", "expected an integer");
         r->sp.seed = (uint64_t)json_integer_value(seed);
+        r->has_seed = true;
     }
     if ((rc = api_get_int(root, "n", 1, API_MAX_N, &r->n, r, msg))) return rc;
     if ((rc = api_get_stop(root, "stop", 4, r, msg))) return rc;

@@ -81,7 +81,10 @@ int responses_decode(const char *body, size_t len, struct api_request *r, struct
     if ((rc = api_get_number(root, "top_p", 0, 1, &d, r, msg))) goto out;
     r->sp.top_p = d == 0 ? 1.0f : (float)d;
     const json_t *seed = json_object_get(root, "seed");
-    if (json_is_integer(seed)) r->sp.seed = (uint64_t)json_integer_value(seed);
+    if (json_is_integer(seed)) {
+        r->sp.seed = (uint64_t)json_integer_value(seed);
+        r->has_seed = true;
+    }
     const json_t *md = json_object_get(root, "metadata");
     if (md && !json_is_null(md)) {
         if (!json_is_object(md)) {
