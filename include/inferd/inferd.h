@@ -2,22 +2,48 @@
  * inferd.h - the embeddable engine API.
  *
  * A model is loaded once (weights stay memory-mapped) and shared by engines.
- * An engine owns a paged KV cache, a compute thread pool and a scheduler.
- * Callers submit requests (token ids + sampling parameters) and receive
- * events (one per generated token, then a finish event) by polling.
+ * An engine owns a paged KV cache with a prefix cache, a compute thread pool
+ * and a scheduler. Callers submit requests (token ids + sampling parameters,
+ * priority, cache salt) and receive events (one per generated token, then a
+ * finish event carrying the usage) by polling.
  *
  * Driving: inferd_engine_step() runs one scheduler step - one batched forward
  * over up to token_budget tokens that mixes decode tokens of running requests
  * with prefill chunks of waiting ones - on the calling thread (plus the
- * engine's compute threads). Embedders that want a background engine thread
- * run the step loop on a thread of their own; every call on one engine must
- * come from one thread at a time.
+ * engine's compute threads).
+ *
+ * Thread model: single owner. Every call on one engine (submit, step, poll,
+ * cancel, stats, kv events) must come from one thread at a time - in a server,
+ * the engine thread, to which other threads hand requests and cancellations
+ * through queues of their own. Nothing here locks. Models are read-only after
+ * load and may be shared by engines on different threads.
+ *
+ * Scheduling: each step first gives one decode token to every running request
+ * whose prompt is done, then prefill chunks in priority order (higher
+ * inferd_request.priority first, ties by arrival), admitting waiting requests
+ * while fewer than max_seqs run. When a request needs a KV block and none is
+ * free or evictable, the running request with the lowest priority, newest
+ * among equals, is preempted: its blocks are released and it recomputes later
+ * (mostly from the prefix cache) with unchanged output. At most max_waiting
+ * requests wait; beyond that inferd_submit fails with ERR_OVERLOADED and
+ * inferd_stats.est_queue_ms suggests when to retry.
+ *
+ * Prefix cache: full KV blocks are named by content (see
+ * inferd_engine_fingerprint) and kept after their request ends, until the
+ * pool needs the memory (LRU). A request whose prompt starts with cached
+ * blocks attaches them and computes only the rest; its finish event reports
+ * how many prompt tokens came from the cache. Requests with different
+ * cache_salt values never share blocks.
  *
  * Errors: functions return 0 or a negative code (see inferd_strerror); those
- * that take a char *err buffer also write a message there.
+ * that take a char *err buffer also write a message there. Codes used here:
+ * ERR_INVALID (-10001, bad field), ERR_TOO_LARGE (-10008, prompt beyond the
+ * context length), ERR_OVERLOADED (-10005, waiting queue full: retry later),
+ * ERR_NOT_FOUND (-10007, unknown request id), -ENOMEM.
  *
  * Bit-exactness: a request's tokens and logprobs do not depend on the other
- * requests in the engine, on the budget/chunking, or on n_threads.
+ * requests in the engine, their priorities, the budget/chunking, n_threads,
+ * preemption, or whether its prompt came from the prefix cache.
  */
 #ifndef INFERD_INFERD_H
 #define INFERD_INFERD_H
@@ -47,13 +73,16 @@ int inferd_model_eog_tokens(const inferd_model *m, int32_t *ids, int cap);
 enum inferd_kv_type { INFERD_KV_F16, INFERD_KV_BF16, INFERD_KV_F32 };
 
 struct inferd_engine_config {
-    int n_threads;               /* compute threads incl. the caller (0: all cores) */
-    int kv_blocks;               /* KV blocks in the pool (0: fit max_ctx * max_seqs) */
-    int block_tokens;            /* positions per KV block (0: 16) */
-    int token_budget;            /* tokens per forward step (0: 512) */
-    int max_seqs;                /* running requests at once (0: 64) */
-    int max_ctx;                 /* longest request in positions (0: min(trained, 4096)) */
+    int n_threads;    /* compute threads incl. the caller (0: all cores) */
+    int kv_blocks;    /* KV blocks in the pool (0: fit max_ctx * max_seqs) */
+    int block_tokens; /* positions per KV block (0: 16) */
+    int token_budget; /* tokens per forward step (0: 512) */
+    int max_seqs;     /* running requests at once (0: 64) */
+    int max_waiting;  /* queued requests before ERR_OVERLOADED (0: max(256, 4 max_seqs)) */
+    int max_ctx;      /* longest request in positions (0: min(trained, 4096)) */
     enum inferd_kv_type kv_type; /* KV element type */
+    bool no_prefix_cache;        /* true: never reuse KV across requests */
+    bool kv_events;              /* true: record block stored/evicted events (drain them!) */
 };
 
 void inferd_engine_config_default(struct inferd_engine_config *cfg);
@@ -61,6 +90,11 @@ void inferd_engine_config_default(struct inferd_engine_config *cfg);
 int inferd_engine_new(inferd_model *m, const struct inferd_engine_config *cfg, inferd_engine **out,
                       char *err, size_t err_len);
 void inferd_engine_free(inferd_engine *e);
+/* The 16 bytes hashed into every KV block id: XXH3-128 over the model
+ * fingerprint (weights, hyper-parameters, tokenizer), the KV element type,
+ * the block size and the numerics version. Engines with equal fingerprints
+ * compute bitwise equal KV for equal token prefixes. */
+void inferd_engine_fingerprint(const inferd_engine *e, uint8_t out[16]);
 
 /* ---- requests ---- */
 struct inferd_logit_bias {
@@ -90,7 +124,9 @@ struct inferd_request {
     int n_prompt;                    /* >= 1 */
     int max_tokens;                  /* tokens to generate at most (>= 1) */
     bool ignore_eos;                 /* keep going past end-of-generation tokens */
-    int priority;                    /* higher runs first (reserved for the scheduler) */
+    int priority;                    /* higher runs first and is preempted last (default 0) */
+    const char *cache_salt;          /* (cache_salt_len) bytes; NULL/empty: shared cache */
+    size_t cache_salt_len;           /* only requests with equal salts share KV blocks */
     struct inferd_sampling sampling; /* how to pick tokens */
 };
 
@@ -114,19 +150,24 @@ struct inferd_event {
     int n_top;                           /* valid entries of top */
     struct inferd_token_logprob top[20]; /* alternatives, most likely first */
     enum inferd_finish finish;           /* NONE while the request goes on */
-    int n_prompt;                        /* prompt tokens (on finish) */
-    int n_generated;                     /* generated so far */
-    int error;                           /* on INFERD_FINISH_ERROR: the code */
+    int n_prompt;                        /* usage: prompt tokens (on finish) */
+    int n_cached;    /* usage: of those, read from the prefix cache (on finish) */
+    int n_generated; /* usage: generated so far */
+    int error;       /* on INFERD_FINISH_ERROR: the code */
 };
 
-/* Validates and queues the request. Errors: ERR_INVALID-class codes with a
- * message naming the field (bad token id, prompt longer than max_ctx, bad
- * sampling parameter). */
+/* Validates and queues the request; everything it points to is copied.
+ * Errors, with a message naming the field: ERR_INVALID (bad token id,
+ * max_tokens, sampling parameter), ERR_TOO_LARGE (prompt, or prompt +
+ * max_tokens, longer than max_ctx), ERR_OVERLOADED (max_waiting requests
+ * wait already; nothing was queued). */
 int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id, char *err,
                   size_t err_len);
-/* Finishes the request at the next step boundary with INFERD_FINISH_CANCELLED
- * and frees its KV blocks. Unknown ids are ignored. */
-void inferd_cancel(inferd_engine *e, uint64_t id);
+/* Finishes the request now: its KV blocks are released before this returns
+ * (full blocks stay in the prefix cache) and a finish event with
+ * INFERD_FINISH_CANCELLED is queued for inferd_poll. Returns 0, or
+ * ERR_NOT_FOUND for an unknown or already finished id. */
+int inferd_cancel(inferd_engine *e, uint64_t id);
 
 /* Runs one step. Returns the number of tokens computed (0 when idle) or a
  * negative code. */
@@ -134,18 +175,53 @@ int inferd_engine_step(inferd_engine *e);
 /* Pops the next event; false when none is pending. */
 bool inferd_poll(inferd_engine *e, struct inferd_event *ev);
 
+/* A snapshot for metrics and balancers. Gauges describe the engine now;
+ * counters (n_*) only grow. Hit rate = n_prefix_hit_tokens /
+ * n_prefix_query_tokens. */
 struct inferd_stats {
-    int n_waiting;               /* requests not yet started */
-    int n_running;               /* requests with KV in the cache */
-    int kv_blocks_total;         /* pool size */
-    int kv_blocks_used;          /* referenced blocks */
-    uint64_t n_steps;            /* forward steps run */
-    uint64_t n_prompt_tokens;    /* prefill tokens computed */
-    uint64_t n_generated_tokens; /* tokens sampled */
-    uint64_t n_preempted;        /* requests sent back to recompute for lack of KV */
+    int n_waiting;            /* gauge: requests queued (new or preempted) */
+    int n_running;            /* gauge: requests admitted (prefilling or decoding) */
+    int kv_blocks_total;      /* pool size */
+    int kv_blocks_used;       /* gauge: blocks referenced by requests */
+    int kv_blocks_cached;     /* gauge: unreferenced blocks kept by the prefix cache (LRU) */
+    int kv_blocks_free;       /* gauge: blocks holding nothing */
+    int kv_blocks_indexed;    /* gauge: blocks in the prefix index (referenced or not) */
+    int last_step_tokens;     /* gauge: tokens in the last forward step */
+    int last_step_seqs;       /* gauge: requests in the last forward step */
+    int64_t queued_tokens;    /* gauge: tokens waiting requests still need (prompt + max_tokens) */
+    double tokens_per_s;      /* gauge: recent step throughput (moving average; 0 before any) */
+    double est_queue_ms;      /* gauge: queued_tokens / tokens_per_s (0 when unknown) */
+    uint64_t n_steps;         /* forward steps run */
+    uint64_t n_submitted;     /* requests accepted */
+    uint64_t n_rejected;      /* requests refused with ERR_OVERLOADED */
+    uint64_t n_finished;      /* requests finished (any reason) */
+    uint64_t n_cancelled;     /* of those, cancelled */
+    uint64_t n_prompt_tokens; /* prompt positions computed by prefill (recomputation too) */
+    uint64_t n_cached_tokens; /* positions attached from the prefix cache instead */
+    uint64_t n_generated_tokens;    /* tokens sampled */
+    uint64_t n_preempted;           /* requests sent back to recompute for lack of KV */
+    uint64_t n_prefix_lookups;      /* admissions that looked up the prefix cache */
+    uint64_t n_prefix_hits;         /* of those, attaching at least one block */
+    uint64_t n_prefix_hit_blocks;   /* blocks attached */
+    uint64_t n_prefix_hit_tokens;   /* positions attached (= blocks x block_tokens) */
+    uint64_t n_prefix_query_tokens; /* positions of the sequences looked up */
+    uint64_t n_kv_stored;           /* blocks entered into the prefix index */
+    uint64_t n_kv_evicted;          /* blocks evicted from it to make room */
 };
 
 void inferd_engine_stats(const inferd_engine *e, struct inferd_stats *s);
+
+/* ---- KV block events (config kv_events) ---- */
+enum inferd_kv_event_kind { INFERD_KV_STORED, INFERD_KV_EVICTED };
+
+struct inferd_kv_event {
+    enum inferd_kv_event_kind kind; /* block entered / left the prefix index */
+    uint8_t id[16];                 /* block id: XXH3-128, big-endian */
+};
+
+/* Moves up to cap pending events to out, oldest first; returns how many.
+ * Events accumulate until drained when config.kv_events is set. */
+int inferd_kv_events(inferd_engine *e, struct inferd_kv_event *out, int cap);
 
 #ifdef __cplusplus
 }

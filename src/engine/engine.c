@@ -1,23 +1,45 @@
 /*
  * engine.c - the engine behind include/inferd/inferd.h: requests, the step
- * scheduler, sampling and events.
+ * scheduler, the prefix cache's use, sampling and events.
  *
- * A step builds one batch under the token budget: first one decode token for
- * every running request whose prompt is done (oldest first), then prefill
- * chunks of requests still in their prompt, oldest first, each chunk as large
- * as the remaining budget allows. KV blocks are reserved before the forward.
- * A prompt chunk that cannot get blocks waits for a later step; a decode
- * token that cannot get one preempts the newest request holding blocks,
- * which goes back to waiting and later recomputes every token it has (its
- * output does not change: the forward pass is bit-exact). After the forward,
- * every request that produced logits samples one token and emits an event.
+ * A step builds one batch under the token budget:
  *
- *   waiting --admit--> running (prefill chunks ... decode ...) --> finished
- *      ^                  |
- *      +----preempted-----+
+ *   1. decode: one token for every running request whose prompt is done,
+ *      in priority order (priority desc, then arrival);
+ *   2. prefill: chunks of running requests still in their prompt (or
+ *      recomputing after preemption), and admissions of waiting ones while
+ *      fewer than max_seqs run, in the same order, each chunk as large as the
+ *      remaining budget allows. Admission looks the request's full blocks up
+ *      in the prefix cache (kv/prefix.h) and attaches the hits; prefill
+ *      starts after them. The block holding the last known token is never
+ *      attached: at least one token is computed, to produce logits.
  *
- * Sampling is keyed by (seed, position) and logits are batch-invariant
- * (forward.h), so a request's events are the same whatever else runs.
+ * KV blocks are reserved before the forward (a free block, else the prefix
+ * cache's least recently used one is evicted). A request that cannot get a
+ * block preempts the lowest-ranked running request outside the batch
+ * (lowest priority, newest among equals) if that one ranks below it - a
+ * decode token may preempt its own request, last. The victim's blocks are
+ * released (its full blocks stay cached), it goes back to waiting, and on
+ * readmission it attaches what is still cached and recomputes the rest. Its
+ * output does not change: KV is a pure function of the tokens before it (the
+ * forward pass is bit-exact, forward.h), and sampling is keyed by
+ * (seed, position).
+ *
+ *   submit --> waiting --admit (prefix hit?)--> running --> finished
+ *     |           ^                               |    ^        |
+ *  ERR_OVERLOADED +---------preempted-------------+    |     events
+ *  (max_waiting)                      cancel ----------+
+ *
+ * After the forward, every request's newly completed blocks are committed to
+ * the prefix index (so concurrent requests with the same prefix share them
+ * from then on), then every request that produced logits samples one token
+ * and emits an event. Finished and cancelled requests release their blocks
+ * at once, tail first, so a cached chain's head is evicted last.
+ *
+ * A prefix hit is bitwise indistinguishable from a miss: attention always
+ * reads K/V from the cache (a fresh token writes its K/V first, then reads
+ * it back), so it sees the same rounded values whether its context was
+ * computed in this step, an earlier step, or by another request.
  *
  * Thread model: every entry point is called from one thread at a time (the
  * owner of the engine); compute fans out to the thread pool inside fwd_run.
@@ -29,12 +51,19 @@
 #include "engine/forward.h"
 #include "engine/sampler.h"
 #include "kernels/kernels.h"
+#include "base/timeutil.h"
 #include "kv/pool.h"
+#include "kv/prefix.h"
 #include "model/model.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
+
+/* Bumped whenever a kernel change alters the bits of K/V: block ids of
+ * engines with different numerics never match. */
+#define ENGINE_NUMERICS_VERSION "inferd-kv-numerics-1"
 
 struct inferd_model {
     struct model *m; /* loaded weights */
@@ -45,8 +74,9 @@ struct inferd_model {
 enum req_state { REQ_STATE_WAITING, REQ_STATE_RUNNING, REQ_STATE_FINISHED };
 
 struct req {
-    uint64_t id;              /* handle given to the caller */
+    uint64_t id;              /* handle given to the caller; arrival order */
     enum req_state state;     /* lifecycle */
+    int priority;             /* higher first */
     int32_t *tokens;          /* (cap) prompt then generated tokens */
     int n_prompt;             /* prompt length */
     int n_tokens;             /* prompt + generated */
@@ -54,10 +84,16 @@ struct req {
     int n_computed;           /* positions whose K/V are in the cache */
     int max_tokens;           /* generation limit */
     bool ignore_eos;          /* do not stop at end-of-generation tokens */
-    bool cancelled;           /* finish at the next step */
+    bool admitted;            /* was admitted at least once */
+    int n_cached_prompt;      /* usage: prompt tokens attached at first admission */
     struct sampler_params sp; /* sampling parameters (bias array owned) */
     struct kv_seq kv;         /* block table */
+    struct kv_block_id extra; /* extra key of block ids (cache salt hash) */
+    struct kv_block_id *ids;  /* (cap / block_tokens) ids of full blocks, first n_ids known */
+    int n_ids;                /* ids computed */
+    int n_committed;          /* leading blocks entered into (or taken from) the index */
     int batch_seq;            /* index in the current batch's seqs, or -1 */
+    int rank;                 /* position in this step's priority order */
 };
 
 struct inferd_engine {
@@ -65,10 +101,15 @@ struct inferd_engine {
     struct inferd_engine_config cfg; /* resolved configuration */
     struct tpool *pool;              /* compute threads */
     struct kv_pool kv;               /* paged cache */
+    struct kv_prefix prefix;         /* content index over kv (unused if no_prefix_cache) */
+    bool prefix_on;                  /* prefix cache in use */
+    uint8_t fingerprint[16];         /* engine fingerprint (block ids hash it) */
     struct fwd_ctx *fwd;             /* forward scratch */
     struct sampler *sampler;         /* sampling scratch */
-    struct req **reqs;               /* (n_reqs) live requests, admission order */
-    int n_reqs, cap_reqs;            /* count, allocated */
+    struct req **reqs;               /* (n_reqs) live requests, arrival order */
+    struct req **order;              /* (n_reqs) this step's priority order */
+    int n_running;                   /* requests in REQ_STATE_RUNNING */
+    int n_reqs, cap_reqs;            /* count, allocated (both arrays) */
     uint64_t next_id;                /* next request id */
     /* step scratch, sized for token_budget */
     int32_t *b_tokens, *b_pos, *b_seq; /* (token_budget) */
@@ -79,7 +120,7 @@ struct inferd_engine {
     float *logits;                     /* (token_budget, n_vocab) */
     struct inferd_event *events;       /* ring of pending events */
     int ev_head, ev_count, ev_cap;     /* ring state */
-    struct inferd_stats stats;         /* counters */
+    struct inferd_stats stats;         /* counters (gauges filled in by inferd_engine_stats) */
 };
 
 const char *inferd_strerror(int code)
@@ -183,6 +224,33 @@ void inferd_sampling_default(struct inferd_sampling *s)
     s->repetition_penalty = 1.0f;
 }
 
+/* XXH3-128 of (model fingerprint, numerics version, KV type, block size),
+ * written high word first, big-endian. */
+static void engine_fingerprint(const struct model *m, enum dtype kvt, int block_tokens,
+                               uint8_t out[16])
+{
+    uint8_t buf[16 + sizeof(ENGINE_NUMERICS_VERSION) + 8];
+    size_t n = 0;
+    memcpy(buf, m->fingerprint, 16);
+    n += 16;
+    memcpy(buf + n, ENGINE_NUMERICS_VERSION, sizeof(ENGINE_NUMERICS_VERSION));
+    n += sizeof(ENGINE_NUMERICS_VERSION);
+    uint32_t fields[2] = {(uint32_t)kvt, (uint32_t)block_tokens};
+    for (int f = 0; f < 2; f++)
+        for (int k = 0; k < 4; k++)
+            buf[n++] = (uint8_t)(fields[f] >> (8 * k));
+    XXH128_hash_t h = XXH3_128bits(buf, n);
+    for (int k = 0; k < 8; k++) {
+        out[k] = (uint8_t)(h.high64 >> (56 - 8 * k));
+        out[8 + k] = (uint8_t)(h.low64 >> (56 - 8 * k));
+    }
+}
+
+void inferd_engine_fingerprint(const inferd_engine *e, uint8_t out[16])
+{
+    memcpy(out, e->fingerprint, 16);
+}
+
 int inferd_engine_new(inferd_model *im, const struct inferd_engine_config *cfg_in,
                       inferd_engine **out, char *err, size_t err_len)
 {
@@ -193,9 +261,10 @@ int inferd_engine_new(inferd_model *im, const struct inferd_engine_config *cfg_i
     if (cfg.block_tokens <= 0) cfg.block_tokens = KV_BLOCK_TOKENS_DEFAULT;
     if (cfg.token_budget <= 0) cfg.token_budget = 512;
     if (cfg.max_seqs <= 0) cfg.max_seqs = 64;
+    if (cfg.max_waiting <= 0) cfg.max_waiting = MAX(256, 4 * cfg.max_seqs);
     if (cfg.max_ctx <= 0) cfg.max_ctx = MIN(hp->n_ctx_train, 4096);
     if (cfg.n_threads > 256 || cfg.token_budget > 65536 || cfg.max_seqs > 4096 ||
-        cfg.max_ctx > (1 << 22)) {
+        cfg.max_waiting > (1 << 20) || cfg.max_ctx > (1 << 22)) {
         snprintf(err, err_len, "engine configuration out of range");
         return ERR_INVALID;
     }
@@ -231,6 +300,12 @@ int inferd_engine_new(inferd_model *im, const struct inferd_engine_config *cfg_i
     };
     int rc = kv_pool_init(&e->kv, &kc, &msg);
     if (rc) goto err_free;
+    engine_fingerprint(im->m, kvt, cfg.block_tokens, e->fingerprint);
+    if (!cfg.no_prefix_cache) {
+        kv_prefix_init(&e->prefix, &e->kv, e->fingerprint);
+        e->prefix.record_events = cfg.kv_events;
+        e->prefix_on = true;
+    }
     e->pool = tpool_new(cfg.n_threads);
     rc = fwd_ctx_new(im->m, &e->kv, e->pool, cfg.token_budget, cfg.max_ctx, &e->fwd, &msg);
     if (rc) goto err_free;
@@ -258,6 +333,7 @@ static void req_free(struct inferd_engine *e, struct req *r)
 {
     kv_seq_release(&e->kv, &r->kv);
     free(r->tokens);
+    free(r->ids);
     free((void *)r->sp.logit_bias);
     free(r);
 }
@@ -268,9 +344,11 @@ void inferd_engine_free(inferd_engine *e)
     for (int i = 0; i < e->n_reqs; i++)
         req_free(e, e->reqs[i]);
     free(e->reqs);
+    free(e->order);
     fwd_ctx_free(e->fwd);
     if (e->pool) tpool_free(e->pool);
     if (e->sampler) sampler_free(e->sampler);
+    kv_prefix_release(&e->prefix); /* after the requests released their blocks */
     kv_pool_release(&e->kv);
     free(e->b_tokens);
     free(e->b_pos);
@@ -311,6 +389,14 @@ static void to_sampler_params(const struct inferd_sampling *s, struct sampler_pa
     }
 }
 
+static int count_state(const struct inferd_engine *e, enum req_state st)
+{
+    int n = 0;
+    for (int i = 0; i < e->n_reqs; i++)
+        n += e->reqs[i]->state == st;
+    return n;
+}
+
 int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id, char *err,
                   size_t err_len)
 {
@@ -325,10 +411,22 @@ int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id
         rc = err_set(&msg, ERR_INVALID, "max_tokens: must be at least 1, got %d", r->max_tokens);
         goto err;
     }
+    if (r->n_prompt >= e->cfg.max_ctx) {
+        rc = err_set(&msg, ERR_TOO_LARGE,
+                     "prompt: %d tokens do not fit the context length %d (at most %d prompt "
+                     "tokens, leaving room for one generated token)",
+                     r->n_prompt, e->cfg.max_ctx, e->cfg.max_ctx - 1);
+        goto err;
+    }
     if ((int64_t)r->n_prompt + r->max_tokens > e->cfg.max_ctx) {
         rc = err_set(&msg, ERR_TOO_LARGE,
-                     "prompt (%d tokens) + max_tokens (%d) exceeds the context length %d",
+                     "max_tokens: prompt (%d tokens) + max_tokens (%d) exceeds the context "
+                     "length %d",
                      r->n_prompt, r->max_tokens, e->cfg.max_ctx);
+        goto err;
+    }
+    if (r->cache_salt_len > 0 && !r->cache_salt) {
+        rc = err_set(&msg, ERR_INVALID, "cache_salt: NULL with length %zu", r->cache_salt_len);
         goto err;
     }
     for (int i = 0; i < r->n_prompt; i++) {
@@ -337,6 +435,13 @@ int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id
                          r->prompt[i], n_vocab);
             goto err;
         }
+    }
+    if (count_state(e, REQ_STATE_WAITING) >= e->cfg.max_waiting) {
+        e->stats.n_rejected++;
+        rc = err_set(&msg, ERR_OVERLOADED,
+                     "engine overloaded: %d requests are waiting already (max_waiting)",
+                     e->cfg.max_waiting);
+        goto err;
     }
     struct req *q = xcalloc(1, sizeof(*q));
     to_sampler_params(&r->sampling, &q->sp);
@@ -347,6 +452,7 @@ int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id
     }
     q->id = e->next_id++;
     q->state = REQ_STATE_WAITING;
+    q->priority = r->priority;
     q->cap = r->n_prompt + r->max_tokens;
     q->tokens = xmalloc(sizeof(int32_t) * (size_t)q->cap);
     memcpy(q->tokens, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
@@ -354,22 +460,20 @@ int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id
     q->max_tokens = r->max_tokens;
     q->ignore_eos = r->ignore_eos;
     q->batch_seq = -1;
+    q->extra = kv_prefix_extra_key(r->cache_salt, r->cache_salt_len);
+    q->ids = xmalloc(sizeof(*q->ids) * (size_t)(q->cap / e->cfg.block_tokens + 1));
     if (e->n_reqs == e->cap_reqs) {
         e->cap_reqs = MAX(16, e->cap_reqs * 2);
         e->reqs = xrealloc(e->reqs, sizeof(*e->reqs) * (size_t)e->cap_reqs);
+        e->order = xrealloc(e->order, sizeof(*e->order) * (size_t)e->cap_reqs);
     }
     e->reqs[e->n_reqs++] = q;
+    e->stats.n_submitted++;
     *id = q->id;
     return 0;
 err:
     copy_err(err, err_len, &msg, rc);
     return rc;
-}
-
-void inferd_cancel(inferd_engine *e, uint64_t id)
-{
-    for (int i = 0; i < e->n_reqs; i++)
-        if (e->reqs[i]->id == id) e->reqs[i]->cancelled = true;
 }
 
 static struct inferd_event *push_event(struct inferd_engine *e)
@@ -398,6 +502,9 @@ bool inferd_poll(inferd_engine *e, struct inferd_event *ev)
     return true;
 }
 
+/* Ends q: the finish event (ev, or a new pure finish event) gets the reason
+ * and the usage; the blocks are released now. q stays in reqs until the next
+ * step retires it. */
 static void finish(struct inferd_engine *e, struct req *q, enum inferd_finish why,
                    struct inferd_event *ev)
 {
@@ -408,9 +515,25 @@ static void finish(struct inferd_engine *e, struct req *q, enum inferd_finish wh
     }
     ev->finish = why;
     ev->n_prompt = q->n_prompt;
+    ev->n_cached = q->n_cached_prompt;
     ev->n_generated = q->n_tokens - q->n_prompt;
+    if (q->state == REQ_STATE_RUNNING) e->n_running--;
     q->state = REQ_STATE_FINISHED;
     kv_seq_release(&e->kv, &q->kv);
+    e->stats.n_finished++;
+    e->stats.n_cancelled += why == INFERD_FINISH_CANCELLED;
+}
+
+int inferd_cancel(inferd_engine *e, uint64_t id)
+{
+    for (int i = 0; i < e->n_reqs; i++) {
+        struct req *q = e->reqs[i];
+        if (q->id != id) continue;
+        if (q->state == REQ_STATE_FINISHED) return ERR_NOT_FOUND;
+        finish(e, q, INFERD_FINISH_CANCELLED, NULL);
+        return 0;
+    }
+    return ERR_NOT_FOUND;
 }
 
 static bool is_eog(const struct inferd_model *im, int32_t tok)
@@ -420,19 +543,92 @@ static bool is_eog(const struct inferd_model *im, int32_t tok)
     return false;
 }
 
-/* Preempts the newest request that holds KV blocks and is not in the batch
- * being built: frees its blocks and sends it back to waiting, to recompute
- * its tokens later. Returns it, or NULL if there is none. */
-static struct req *preempt_newest(struct inferd_engine *e)
+/* Makes sure q->ids holds the ids of its first n full blocks. */
+static void compute_ids(struct inferd_engine *e, struct req *q, int n)
+{
+    const int bt = e->cfg.block_tokens;
+    for (; q->n_ids < n; q->n_ids++) {
+        int i = q->n_ids;
+        CHECK((i + 1) * bt <= q->n_tokens);
+        q->ids[i] = kv_prefix_block_id(&e->prefix, i ? &q->ids[i - 1] : NULL, &q->extra,
+                                       q->tokens + (size_t)i * bt);
+    }
+}
+
+/* Enters q's newly completed blocks into the prefix index. */
+static void commit_blocks(struct inferd_engine *e, struct req *q)
+{
+    if (!e->prefix_on) return;
+    int full = MIN(q->n_computed / e->cfg.block_tokens, q->kv.n_blocks);
+    if (full <= q->n_committed) return;
+    compute_ids(e, q, full);
+    kv_prefix_commit(&e->prefix, &q->kv, q->ids, q->n_committed, full);
+    q->n_committed = full;
+}
+
+/* Waiting -> running: attaches the cached blocks of q's known tokens, all
+ * but the block holding the last one (it must be computed for logits).
+ * Returns the blocks attached. */
+static int admit(struct inferd_engine *e, struct req *q)
+{
+    CHECK(q->state == REQ_STATE_WAITING && q->kv.n_blocks == 0 && q->n_computed == 0);
+    q->state = REQ_STATE_RUNNING;
+    e->n_running++;
+    q->n_committed = 0;
+    if (!e->prefix_on) return 0;
+    const int n = (q->n_tokens - 1) / e->cfg.block_tokens;
+    compute_ids(e, q, n);
+    int hit = kv_prefix_match(&e->prefix, q->ids, n, &q->kv);
+    q->n_computed = hit * e->cfg.block_tokens;
+    q->n_committed = hit;
+    return hit;
+}
+
+/* Admitted but not a block to be had: back to waiting, as if never tried. */
+static void unadmit(struct inferd_engine *e, struct req *q)
+{
+    CHECK(q->state == REQ_STATE_RUNNING && q->kv.n_blocks == 0);
+    q->state = REQ_STATE_WAITING;
+    q->n_computed = 0;
+    e->n_running--;
+}
+
+/* Records an admission's lookup in the stats and the request's usage. */
+static void count_admission(struct inferd_engine *e, struct req *q, int hit)
+{
+    const uint64_t bt = (uint64_t)e->cfg.block_tokens;
+    if (e->prefix_on) {
+        e->stats.n_prefix_lookups++;
+        e->stats.n_prefix_query_tokens += (uint64_t)q->n_tokens;
+        e->stats.n_prefix_hits += hit > 0;
+        e->stats.n_prefix_hit_blocks += (uint64_t)hit;
+        e->stats.n_prefix_hit_tokens += (uint64_t)hit * bt;
+        e->stats.n_cached_tokens += (uint64_t)hit * bt;
+    }
+    if (!q->admitted) q->n_cached_prompt = (int)MIN((uint64_t)hit * bt, (uint64_t)q->n_prompt);
+    q->admitted = true;
+}
+
+/* Running -> waiting, dropping q's blocks (full ones stay cached). */
+static void preempt(struct inferd_engine *e, struct req *q)
+{
+    CHECK(q->state == REQ_STATE_RUNNING && q->batch_seq < 0);
+    commit_blocks(e, q);
+    kv_seq_release(&e->kv, &q->kv);
+    q->n_computed = 0;
+    q->n_committed = 0;
+    q->state = REQ_STATE_WAITING;
+    e->n_running--;
+    e->stats.n_preempted++;
+}
+
+/* The preemption candidate: the lowest-ranked running request that holds
+ * blocks and is not in the batch being built. NULL if none. */
+static struct req *pick_victim(struct inferd_engine *e)
 {
     for (int i = e->n_reqs - 1; i >= 0; i--) {
-        struct req *q = e->reqs[i];
-        if (q->state != REQ_STATE_RUNNING || q->batch_seq >= 0 || q->kv.n_blocks == 0) continue;
-        kv_seq_release(&e->kv, &q->kv);
-        q->n_computed = 0;
-        q->state = REQ_STATE_WAITING;
-        e->stats.n_preempted++;
-        return q;
+        struct req *q = e->order[i];
+        if (q->state == REQ_STATE_RUNNING && q->batch_seq < 0 && q->kv.n_blocks > 0) return q;
     }
     return NULL;
 }
@@ -444,6 +640,7 @@ static bool batch_add(struct inferd_engine *e, struct req *q, int n, int *n_batc
     int from = q->n_computed;
     if (kv_seq_reserve(&e->kv, &q->kv, from + n)) return false;
     if (q->batch_seq < 0) {
+        CHECK(*n_seqs < e->cfg.max_seqs);
         q->batch_seq = (*n_seqs)++;
         e->b_seqs[q->batch_seq] = &q->kv;
         e->b_seq_req[q->batch_seq] = q;
@@ -458,14 +655,34 @@ static bool batch_add(struct inferd_engine *e, struct req *q, int n, int *n_batc
     return true;
 }
 
+/* batch_add, preempting lower-ranked requests while blocks are short. A
+ * victim ranks below q or is q itself (then q is preempted and not added). */
+static bool batch_add_preempting(struct inferd_engine *e, struct req *q, int n, int *n_batch,
+                                 int *n_seqs)
+{
+    while (!batch_add(e, q, n, n_batch, n_seqs)) {
+        struct req *victim = pick_victim(e);
+        if (!victim || victim->rank < q->rank) return false;
+        preempt(e, victim);
+        if (victim == q) return false;
+    }
+    return true;
+}
+
+static int by_priority(const void *pa, const void *pb)
+{
+    const struct req *a = *(struct req *const *)pa, *b = *(struct req *const *)pb;
+    if (a->priority != b->priority) return a->priority > b->priority ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
 int inferd_engine_step(inferd_engine *e)
 {
-    /* Retire cancelled and finished requests first, freeing their blocks. */
+    double t0 = time_now_s();
+    /* Retire finished requests (their blocks are released already). */
     int w = 0;
     for (int i = 0; i < e->n_reqs; i++) {
         struct req *q = e->reqs[i];
-        if (q->cancelled && q->state != REQ_STATE_FINISHED)
-            finish(e, q, INFERD_FINISH_CANCELLED, NULL);
         if (q->state == REQ_STATE_FINISHED) {
             req_free(e, q);
             continue;
@@ -474,38 +691,43 @@ int inferd_engine_step(inferd_engine *e)
         e->reqs[w++] = q;
     }
     e->n_reqs = w;
+    memcpy(e->order, e->reqs, sizeof(*e->order) * (size_t)e->n_reqs);
+    qsort(e->order, (size_t)e->n_reqs, sizeof(*e->order), by_priority);
+    for (int i = 0; i < e->n_reqs; i++)
+        e->order[i]->rank = i;
 
-    int n_batch = 0, n_seqs = 0, running = 0;
+    int n_batch = 0, n_seqs = 0;
     const int budget = e->cfg.token_budget;
     /* Decode tokens first: one per running request with exactly one token
-     * not yet in the cache. If its next block is not to be had, preempt the
-     * newest request holding blocks (not one already in this batch): it
-     * drops its KV and recomputes later from its tokens, which - the forward
-     * pass being bit-exact - changes nothing in its output. */
-    for (int i = 0; i < e->n_reqs && n_batch < budget && n_seqs < e->cfg.max_seqs; i++) {
-        struct req *q = e->reqs[i];
-        if (q->state != REQ_STATE_RUNNING || q->n_tokens - q->n_computed != 1) continue;
-        while (!batch_add(e, q, 1, &n_batch, &n_seqs)) {
-            struct req *victim = preempt_newest(e);
-            if (!victim || victim == q) break;
-        }
-    }
-    /* Then prompt chunks (and recomputation after preemption), oldest first. */
+     * not yet in the cache. */
     for (int i = 0; i < e->n_reqs && n_batch < budget; i++) {
-        struct req *q = e->reqs[i];
-        bool fresh = q->state == REQ_STATE_WAITING;
-        bool catching_up = q->state == REQ_STATE_RUNNING && q->n_tokens - q->n_computed > 1;
-        if ((!fresh && !catching_up) || q->batch_seq >= 0) continue;
-        if (n_seqs == e->cfg.max_seqs) break;
-        int n = MIN(q->n_tokens - q->n_computed, budget - n_batch);
-        if (!batch_add(e, q, n, &n_batch, &n_seqs)) break;
-        q->state = REQ_STATE_RUNNING;
+        struct req *q = e->order[i];
+        if (q->state != REQ_STATE_RUNNING || q->n_tokens - q->n_computed != 1) continue;
+        batch_add_preempting(e, q, 1, &n_batch, &n_seqs);
     }
-    for (int i = 0; i < e->n_reqs; i++)
-        running += e->reqs[i]->state == REQ_STATE_RUNNING;
-    e->stats.n_running = running;
-    e->stats.n_waiting = e->n_reqs - running;
-    e->stats.kv_blocks_used = e->kv.cfg.n_blocks - e->kv.n_free;
+    /* Then prompt chunks (and recomputation after preemption) and
+     * admissions, in priority order. A request that cannot get its blocks
+     * stops the pass, so later ones do not overtake it. */
+    for (int i = 0; i < e->n_reqs && n_batch < budget; i++) {
+        struct req *q = e->order[i];
+        if (q->batch_seq >= 0 || q->state == REQ_STATE_FINISHED) continue;
+        int hit = -1; /* blocks attached if q is admitted now */
+        if (q->state == REQ_STATE_WAITING) {
+            if (e->n_running >= e->cfg.max_seqs) continue;
+            hit = admit(e, q);
+        } else if (q->n_tokens - q->n_computed == 1) {
+            continue; /* decoding: handled above (or out of budget) */
+        }
+        int n = MIN(q->n_tokens - q->n_computed, budget - n_batch);
+        bool added = batch_add_preempting(e, q, n, &n_batch, &n_seqs);
+        if (hit >= 0 && q->state == REQ_STATE_RUNNING && q->kv.n_blocks == 0)
+            unadmit(e, q);
+        else if (hit >= 0)
+            count_admission(e, q, hit);
+        if (!added) break;
+    }
+    e->stats.last_step_tokens = n_batch;
+    e->stats.last_step_seqs = n_seqs;
     if (n_batch == 0) return 0;
 
     struct fwd_batch b = {
@@ -522,7 +744,8 @@ int inferd_engine_step(inferd_engine *e)
     CHECK(rc == 0); /* the batch was built from validated requests */
     e->stats.n_steps++;
 
-    /* Advance computed positions, then sample for every logits row. */
+    /* Advance computed positions, commit completed blocks, then sample for
+     * every logits row. */
     int n_out = 0;
     for (int t = 0; t < n_batch; t++) {
         struct req *q = e->b_seq_req[e->b_seq[t]];
@@ -530,6 +753,8 @@ int inferd_engine_step(inferd_engine *e)
         q->n_computed++;
         if (e->b_want[t]) e->b_out_req[n_out++] = q;
     }
+    for (int j = 0; j < n_seqs; j++)
+        commit_blocks(e, e->b_seq_req[j]);
     const int n_vocab = e->model->m->hp.n_vocab;
     for (int j = 0; j < n_out; j++) {
         struct req *q = e->b_out_req[j];
@@ -555,10 +780,56 @@ int inferd_engine_step(inferd_engine *e)
         else if (q->n_tokens - q->n_prompt >= q->max_tokens)
             finish(e, q, INFERD_FINISH_LENGTH, ev);
     }
+    /* Throughput for queue-time estimates: a moving average over busy steps. */
+    double dt = time_now_s() - t0;
+    if (dt > 0) {
+        double tps = n_batch / dt;
+        e->stats.tokens_per_s =
+            e->stats.tokens_per_s > 0 ? 0.8 * e->stats.tokens_per_s + 0.2 * tps : tps;
+    }
     return n_batch;
 }
 
 void inferd_engine_stats(const inferd_engine *e, struct inferd_stats *s)
 {
     *s = e->stats;
+    s->n_waiting = s->n_running = 0;
+    s->queued_tokens = 0;
+    for (int i = 0; i < e->n_reqs; i++) {
+        const struct req *q = e->reqs[i];
+        if (q->state == REQ_STATE_RUNNING) s->n_running++;
+        if (q->state != REQ_STATE_WAITING) continue;
+        s->n_waiting++;
+        s->queued_tokens +=
+            (q->n_tokens - q->n_computed) + (q->max_tokens - (q->n_tokens - q->n_prompt));
+    }
+    const struct kv_pool *p = &e->kv;
+    s->kv_blocks_total = p->cfg.n_blocks;
+    s->kv_blocks_free = p->n_free;
+    s->kv_blocks_cached = e->prefix_on ? e->prefix.n_lru : 0;
+    s->kv_blocks_used = p->cfg.n_blocks - s->kv_blocks_free - s->kv_blocks_cached;
+    s->kv_blocks_indexed = e->prefix_on ? e->prefix.n_cached : 0;
+    s->n_kv_stored = e->prefix_on ? e->prefix.n_stored : 0;
+    s->n_kv_evicted = e->prefix_on ? e->prefix.n_evicted : 0;
+    s->est_queue_ms = s->tokens_per_s > 0 ? 1000.0 * (double)s->queued_tokens / s->tokens_per_s : 0;
+}
+
+int inferd_kv_events(inferd_engine *e, struct inferd_kv_event *out, int cap)
+{
+    if (!e->prefix_on || cap <= 0) return 0;
+    int n = 0;
+    struct kv_prefix_event ev[64];
+    while (n < cap) {
+        int k = kv_prefix_take_events(&e->prefix, ev, MIN(cap - n, (int)ARRAY_LEN(ev)));
+        if (k == 0) break;
+        for (int i = 0; i < k; i++, n++) {
+            out[n].kind =
+                ev[i].kind == KV_PREFIX_EVENT_STORED ? INFERD_KV_STORED : INFERD_KV_EVICTED;
+            for (int b = 0; b < 8; b++) {
+                out[n].id[b] = (uint8_t)(ev[i].id.hi >> (56 - 8 * b));
+                out[n].id[8 + b] = (uint8_t)(ev[i].id.lo >> (56 - 8 * b));
+            }
+        }
+    }
+    return n;
 }

@@ -4,6 +4,7 @@
 #include "kv/pool.h"
 
 #include "base/check.h"
+#include "kv/prefix.h"
 
 #include <errno.h>
 #include <string.h>
@@ -35,6 +36,7 @@ int kv_pool_init(struct kv_pool *p, const struct kv_pool_config *cfg, struct err
 
 void kv_pool_release(struct kv_pool *p)
 {
+    CHECK(!p->prefix); /* kv_prefix_release first */
     free(p->data);
     free(p->free_list);
     free(p->refs);
@@ -43,8 +45,11 @@ void kv_pool_release(struct kv_pool *p)
 
 int kv_pool_alloc(struct kv_pool *p, int32_t *block)
 {
-    if (p->n_free == 0) return ERR_NO_KV;
-    int32_t b = p->free_list[--p->n_free];
+    int32_t b;
+    if (p->n_free > 0)
+        b = p->free_list[--p->n_free];
+    else if (!p->prefix || (b = kv__prefix_evict(p->prefix)) < 0)
+        return ERR_NO_KV;
     CHECK(p->refs[b] == 0);
     p->refs[b] = 1;
     *block = b;
@@ -60,14 +65,23 @@ void kv_pool_ref(struct kv_pool *p, int32_t block)
 void kv_pool_unref(struct kv_pool *p, int32_t block)
 {
     CHECK(block >= 0 && block < p->cfg.n_blocks && p->refs[block] > 0);
-    if (--p->refs[block] == 0) p->free_list[p->n_free++] = block;
+    if (--p->refs[block] > 0) return;
+    if (p->prefix && p->prefix->cached[block])
+        kv__prefix_park(p->prefix, block);
+    else
+        p->free_list[p->n_free++] = block;
+}
+
+int kv_pool_n_available(const struct kv_pool *p)
+{
+    return p->n_free + (p->prefix ? p->prefix->n_lru : 0);
 }
 
 int kv_seq_reserve(struct kv_pool *p, struct kv_seq *s, int n_pos)
 {
     int need = (n_pos + p->cfg.block_tokens - 1) / p->cfg.block_tokens;
     if (need <= s->n_blocks) return 0;
-    if (need - s->n_blocks > p->n_free) return ERR_NO_KV;
+    if (need - s->n_blocks > kv_pool_n_available(p)) return ERR_NO_KV;
     if (need > s->cap) {
         s->cap = MAX(need, s->cap * 2);
         s->blocks = xrealloc(s->blocks, sizeof(int32_t) * (size_t)s->cap);
@@ -79,7 +93,7 @@ int kv_seq_reserve(struct kv_pool *p, struct kv_seq *s, int n_pos)
 
 void kv_seq_release(struct kv_pool *p, struct kv_seq *s)
 {
-    for (int i = 0; i < s->n_blocks; i++)
+    for (int i = s->n_blocks - 1; i >= 0; i--)
         kv_pool_unref(p, s->blocks[i]);
     free(s->blocks);
     memset(s, 0, sizeof(*s));

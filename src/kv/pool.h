@@ -12,10 +12,14 @@
  * so the keys of one head inside a block are a dense (block_tokens, head_dim)
  * matrix - what kern_kv_dot reads. Elements are f16 (default), bf16 or f32.
  *
- * Blocks are refcounted: a sequence's table holds one reference per block;
- * the prefix cache (later) holds blocks by reference too. A block returns to
- * the free list when its count drops to zero.
+ * Blocks are refcounted: a sequence's table holds one reference per block.
+ * A block whose count drops to zero returns to the free list - unless the
+ * prefix cache (prefix.h) indexes it: then it parks on the cache's LRU list
+ * and still counts as available, since kv_pool_alloc evicts the LRU head
+ * when the free list is empty. So with a prefix cache attached:
  *
+ *   n_blocks = referenced + on the LRU (cached, unreferenced) + free
+ * *
  * Lifetime: the arena is process state, allocated once at engine creation.
  * Thread safety: owned by the engine thread; the forward pass only reads the
  * tables and writes the slots the engine reserved for it.
@@ -30,6 +34,8 @@
 #include <stdint.h>
 
 #define KV_BLOCK_TOKENS_DEFAULT 16
+
+struct kv_prefix;
 
 struct kv_pool_config {
     int n_layer;      /* layers of the model */
@@ -48,16 +54,21 @@ struct kv_pool {
     int32_t *free_list;        /* stack of free block ids, (n_blocks) */
     int n_free;                /* entries in free_list */
     int32_t *refs;             /* (n_blocks) reference counts */
+    struct kv_prefix *prefix;  /* index keeping unreferenced cached blocks, or NULL */
 };
 
 /* Allocates the arena. Errors: ERR_INVALID for a bad config, -ENOMEM. */
 int kv_pool_init(struct kv_pool *p, const struct kv_pool_config *cfg, struct err_msg *msg);
 void kv_pool_release(struct kv_pool *p);
 
-/* Takes a free block with refcount 1; ERR_NO_KV when none is left. */
+/* Takes a free block with refcount 1 (evicting the prefix cache's least
+ * recently used block if the free list is empty); ERR_NO_KV when none is
+ * left. */
 int kv_pool_alloc(struct kv_pool *p, int32_t *block);
 void kv_pool_ref(struct kv_pool *p, int32_t block);
 void kv_pool_unref(struct kv_pool *p, int32_t block);
+/* Blocks kv_pool_alloc can still hand out: free + evictable cached ones. */
+int kv_pool_n_available(const struct kv_pool *p);
 
 /* Keys / values of one layer of one block: (n_kv_head, block_tokens, head_dim). */
 static inline void *kv_pool_k(const struct kv_pool *p, int32_t block, int layer)
@@ -79,7 +90,8 @@ struct kv_seq {
 /* Makes sure the table covers positions [0, n_pos). On ERR_NO_KV the table is
  * unchanged (blocks taken during the call are given back). */
 int kv_seq_reserve(struct kv_pool *p, struct kv_seq *s, int n_pos);
-/* Drops every block reference and frees the table memory. */
+/* Drops every block reference, last block first (so a cached chain's head
+ * joins the LRU last), and frees the table memory. */
 void kv_seq_release(struct kv_pool *p, struct kv_seq *s);
 
 #endif
