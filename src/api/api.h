@@ -51,6 +51,7 @@ struct api_request {
     bool include_usage;             /* OpenAI stream_options.include_usage */
     int n;                          /* completions per prompt (1..API_MAX_N) */
     int max_tokens;                 /* 0 = until the context is full */
+    int priority;                   /* higher runs first (vLLM's extension field "priority") */
     struct inferd_sampling sp;      /* sampling; sp.logit_bias points at bias */
     bool has_seed;                  /* the client chose sp.seed (else drawn per request) */
     struct inferd_logit_bias *bias; /* (n_bias) OpenAI logit_bias entries */

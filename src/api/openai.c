@@ -103,6 +103,7 @@ static int decode_common(const json_t *root, struct api_request *r, struct err_m
     if ((rc = api_get_string(root, "user", &r->user, r, msg))) return rc;
     if ((rc = decode_logit_bias(root, r, msg))) return rc;
     if ((rc = api_get_int(root, "max_tokens", 1, 1 << 24, &r->max_tokens, r, msg))) return rc;
+    if ((rc = api_get_int(root, "priority", -1000000, 1000000, &r->priority, r, msg))) return rc;
     return 0;
 }
 

@@ -83,6 +83,33 @@ void metrics_render(const struct metrics *m, const struct runner_stats *rs, stru
            (unsigned long long)e->kv_blocks_total);
     scalar(out, "inferd_kv_blocks_used", "gauge", "KV cache blocks referenced.",
            (unsigned long long)e->kv_blocks_used);
+    scalar(out, "inferd_kv_blocks_cached", "gauge",
+           "Unreferenced KV blocks kept by the prefix cache.",
+           (unsigned long long)e->kv_blocks_cached);
+    scalar(out, "inferd_kv_blocks_free", "gauge", "KV blocks holding nothing.",
+           (unsigned long long)e->kv_blocks_free);
+    scalar(out, "inferd_prefix_cache_query_tokens_total", "counter",
+           "Prompt positions looked up in the prefix cache.",
+           (unsigned long long)e->n_prefix_query_tokens);
+    scalar(out, "inferd_prefix_cache_hit_tokens_total", "counter",
+           "Prompt positions found in the prefix cache.",
+           (unsigned long long)e->n_prefix_hit_tokens);
+    buf_printf(out,
+               "# HELP inferd_prefix_cache_hit_ratio Hit tokens / query tokens since start.\n"
+               "# TYPE inferd_prefix_cache_hit_ratio gauge\ninferd_prefix_cache_hit_ratio %.6f\n",
+               e->n_prefix_query_tokens
+                   ? (double)e->n_prefix_hit_tokens / (double)e->n_prefix_query_tokens
+                   : 0.0);
+    buf_printf(out,
+               "# HELP inferd_queue_wait_estimate_seconds Engine estimate of the wait of a new "
+               "request.\n# TYPE inferd_queue_wait_estimate_seconds gauge\n"
+               "inferd_queue_wait_estimate_seconds %.6f\n",
+               e->est_queue_ms / 1000.0);
+    scalar(out, "inferd_requests_rejected_total", "counter",
+           "Engine submissions refused because the waiting queue was full (429).",
+           (unsigned long long)e->n_rejected);
+    scalar(out, "inferd_engine_cancelled_total", "counter", "Engine requests cancelled.",
+           (unsigned long long)e->n_cancelled);
     scalar(out, "inferd_engine_steps_total", "counter", "Forward steps run.",
            (unsigned long long)e->n_steps);
     scalar(out, "inferd_engine_prefill_tokens_total", "counter", "Prompt tokens computed.",

@@ -193,14 +193,24 @@ static void log_request(struct evhttp_request *req, const char *path, int status
              (double)(time_now_ns() - t0) * 1e-6);
 }
 
+/* Retry-After for 429 / 503: the engine's estimate of its queue wait,
+ * rounded up to whole seconds (at least 1). */
+static void retry_after(struct server *s, struct evhttp_request *req)
+{
+    struct runner_stats rs;
+    runner_get_stats(&s->runner, &rs);
+    char v[24];
+    snprintf(v, sizeof(v), "%d", (int)MIN(3600.0, MAX(1.0, rs.engine.est_queue_ms / 1000.0 + 1)));
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", v);
+}
+
 /* An error answer in kind's schema, for requests that never reached a call. */
 static void send_error(struct server *s, struct evhttp_request *req, const char *endpoint,
                        enum api_kind kind, int code, const char *message, const char *param,
                        uint64_t t0)
 {
     int status = err_http_status(code);
-    if (code == ERR_OVERLOADED || code == ERR_UNAVAILABLE || code == ERR_QUOTA)
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+    if (code == ERR_OVERLOADED || code == ERR_UNAVAILABLE || code == ERR_QUOTA) retry_after(s, req);
     metrics_request(&s->metrics, endpoint, status);
     log_request(req, evhttp_request_get_uri(req), status, 0, 0, t0);
     send_json(req, status, api_error_json(kind, code, message, param));
@@ -302,8 +312,12 @@ static void finish_call(struct call *c, int err_code, const char *err_text)
     c->replied = true;
     detach_close(c);
     int n_gen = api_out_completion_tokens(&c->out);
+    if (err_code) /* the other choices of a failed call are of no use */
+        for (int i = 0; i < c->out.n_choices; i++)
+            if (c->gens[i].engine_open) runner_cancel(&s->runner, c->gens[i].tag);
     if (err_code && !c->started) {
         c->status = err_http_status(err_code);
+        if (err_code == ERR_OVERLOADED) retry_after(s, c->req);
         json_t *e = api_error_json(c->r.kind, err_code, err_text, NULL);
         send_json(c->req, c->status, e);
     } else if (c->r.stream) {
@@ -473,6 +487,7 @@ static void on_message(struct server *s, struct call *c, int i, const struct run
             buf_release(&piece);
         }
     }
+    if (final && g->prompt * c->r.n == i) c->out.n_cached_tokens += ev->n_cached;
     if (final && !g->done) {
         struct buf tail = {0};
         tokenizer_stream_flush(s->tok, &g->ts, &tail);
@@ -674,6 +689,7 @@ static void start_generation(struct server *s, struct call *c)
         q.prompt = ids->v;
         q.n_prompt = (int)ids->n;
         q.max_tokens = r->max_tokens ? r->max_tokens : s->max_ctx - (int)ids->n;
+        q.priority = r->priority;
         q.sampling = r->sp;
         q.sampling.seed = seed + (uint64_t)(i % r->n);
         q.sampling.logprobs = r->logprobs;
@@ -754,13 +770,6 @@ static void handle_generate(struct server *s, struct evhttp_request *req, const 
     if (!rc && c->r.n * c->n_prompts > API_MAX_PROMPTS)
         rc = err_set(&msg, ERR_INVALID, "n x prompts: at most %d sequences per request",
                      API_MAX_PROMPTS);
-    if (!rc) {
-        struct runner_stats rs;
-        runner_get_stats(&s->runner, &rs);
-        if (rs.engine.n_waiting >= s->cfg->max_queue)
-            rc = err_set(&msg, ERR_OVERLOADED, "the server is overloaded (%d requests waiting)",
-                         rs.engine.n_waiting);
-    }
     if (rc) {
         send_error(s, req, endpoint, kind, rc, msg.text[0] ? msg.text : err_str(rc), c->r.bad_param,
                    t0);
@@ -1176,6 +1185,7 @@ static int load(struct server *s, const struct serve_config *cfg, struct err_msg
     ec.max_ctx = cfg->max_ctx;
     ec.max_seqs = cfg->max_seqs;
     ec.kv_blocks = cfg->kv_blocks;
+    ec.max_waiting = cfg->max_queue;
     if ((rc = inferd_engine_new(s->model, &ec, &s->engine, err, sizeof(err))))
         return err_set(msg, rc, "engine: %s", err);
     int train = inferd_model_n_ctx_train(s->model);
