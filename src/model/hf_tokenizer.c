@@ -46,6 +46,22 @@
     ":;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"                 \
     "| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"
 
+/* o200k (GPT-4o) and Tekken (Mistral NeMo): case-aware letter runs, marks
+ * inside words, '/' kept with trailing punctuation. */
+#define RE_GPT4O                                                                                   \
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?"  \
+    "i:'s|'t|"                                                                                     \
+    "'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{"  \
+    "Lm}\\p{Lo}\\p{M}]*("                                                                          \
+    "?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| "                                                   \
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RE_TEKKEN                                                                                  \
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|[^" \
+    "\\r\\n\\p{"                                                                                   \
+    "L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}| "       \
+    "?[^\\s\\p{L}\\p{N}]+["                                                                        \
+    "\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
 struct pre_family {
     const char *name;      /* tokenizer.ggml.pre */
     int n_split;           /* Split pre-tokenizers before ByteLevel */
@@ -57,6 +73,8 @@ static const struct pre_family pre_families[] = {
     {"llama-bpe", 1, {RE_LLAMA3}, false},
     {"qwen2", 1, {RE_QWEN2}, false},
     {"deepseek-v3", 3, {RE_DSV3_DIGITS, RE_DSV3_CJK, RE_DSV3_REST}, false},
+    {"gpt-4o", 1, {RE_GPT4O}, false},
+    {"tekken", 1, {RE_TEKKEN}, false},
     {"gpt-2", 0, {NULL}, true},
 };
 
@@ -283,12 +301,26 @@ static int parse_vocab(struct ctx *c, const struct hf_tokenizer_opts *opts,
             tok->types[id] = HF_TOKEN_TYPE_UNKNOWN;
     }
     /* Added tokens override the vocab entry with their id. */
+    size_t n_added = c->added ? json_array_size(c->added) : 0;
+    tok->added_ids = xcalloc(MAX(n_added, 1), sizeof(*tok->added_ids));
+    tok->added_flags = xcalloc(MAX(n_added, 1), sizeof(*tok->added_flags));
+    tok->added_text = xcalloc(MAX(n_added, 1), sizeof(*tok->added_text));
     json_array_foreach(c->added, i, val)
     {
         as_id(json_object_get(val, "id"), HF_TOKENIZER_MAX_TOKENS, &id);
         const char *content = json_string_value(json_object_get(val, "content"));
         c->text[id] = content;
         bool special = json_is_true(json_object_get(val, "special"));
+        json_t *norm = json_object_get(val, "normalized");
+        int32_t fl =
+            (special ? HF_ADDED_SPECIAL : 0) |
+            (json_is_true(json_object_get(val, "lstrip")) ? HF_ADDED_LSTRIP : 0) |
+            (json_is_true(json_object_get(val, "rstrip")) ? HF_ADDED_RSTRIP : 0) |
+            (json_is_true(json_object_get(val, "single_word")) ? HF_ADDED_SINGLE_WORD : 0) |
+            ((json_is_boolean(norm) ? json_is_true(norm) : !special) ? HF_ADDED_NORMALIZED : 0);
+        tok->added_ids[tok->n_added] = (int32_t)id;
+        tok->added_flags[tok->n_added] = fl;
+        tok->added_text[tok->n_added++] = xstrdup(content);
         tok->types[id] =
             special || looks_special(content) ? HF_TOKEN_TYPE_CONTROL : HF_TOKEN_TYPE_USER_DEFINED;
     }
@@ -424,8 +456,13 @@ static int detect_pre(struct ctx *c, const struct hf_tokenizer_opts *opts, struc
             const char *re =
                 json_string_value(json_object_get(json_object_get(p, "pattern"), "Regex"));
             const char *beh = json_string_value(json_object_get(p, "behavior"));
-            if (!re || !beh || strcmp(beh, "Isolated") != 0 ||
-                json_is_true(json_object_get(p, "invert")))
+            /* Removed + invert keeps exactly the matches: the same split as
+             * Isolated for these patterns, which match every character
+             * (GPT-4o's tokenizer.json is written that way). */
+            bool invert = json_is_true(json_object_get(p, "invert"));
+            if (!re || !beh ||
+                !((strcmp(beh, "Isolated") == 0 && !invert) ||
+                  (strcmp(beh, "Removed") == 0 && invert)))
                 shape_ok = false;
             else
                 splits[n_split++] = re;
@@ -446,10 +483,52 @@ static int detect_pre(struct ctx *c, const struct hf_tokenizer_opts *opts, struc
             }
         }
     }
-    return err_set(msg, ERR_UNSUPPORTED,
-                   "'%s': pre_tokenizer: not a known family (llama-bpe, qwen2, deepseek-v3, "
-                   "gpt-2); pass the tokenizer.ggml.pre name explicitly (--pre NAME)",
-                   c->tok_path);
+    return err_set(
+        msg, ERR_UNSUPPORTED,
+        "'%s': pre_tokenizer: not a known family (llama-bpe, qwen2, deepseek-v3, "
+        "gpt-4o, tekken, gpt-2); pass the tokenizer.ggml.pre name explicitly (--pre NAME)",
+        c->tok_path);
+}
+
+/* Normalizer facts the tokenizer needs: NFC, and SentencePiece's prepended
+ * U+2581 (a Prepend normalizer, or Metaspace with a prefix space); plus
+ * model.ignore_merges. */
+static bool has_normalizer(json_t *n, const char *type, const char *prepend)
+{
+    if (!json_is_object(n)) return false;
+    json_t *list = json_object_get(n, "normalizers");
+    if (json_is_array(list)) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(list, i, e)
+        {
+            if (has_normalizer(e, type, prepend)) return true;
+        }
+        return false;
+    }
+    const char *t = json_string_value(json_object_get(n, "type"));
+    if (!t || strcmp(t, type) != 0) return false;
+    if (!prepend) return true;
+    const char *p = json_string_value(json_object_get(n, "prepend"));
+    return p && strcmp(p, prepend) == 0;
+}
+
+static void parse_normalizer(struct ctx *c, struct hf_tokenizer *tok)
+{
+    json_t *n = json_object_get(c->tok_json, "normalizer");
+    tok->nfc = has_normalizer(n, "NFC", NULL);
+    tok->add_space_prefix = -1;
+    if (c->spm) {
+        json_t *pt = json_object_get(c->tok_json, "pre_tokenizer");
+        const char *pt_type = json_string_value(json_object_get(pt, "type"));
+        const char *scheme = json_string_value(json_object_get(pt, "prepend_scheme"));
+        bool metaspace = pt_type && strcmp(pt_type, "Metaspace") == 0 &&
+                         (json_is_true(json_object_get(pt, "add_prefix_space")) ||
+                          (scheme && strcmp(scheme, "never") != 0));
+        tok->add_space_prefix = has_normalizer(n, "Prepend", "\xe2\x96\x81") || metaspace;
+    }
+    tok->ignore_merges =
+        json_is_true(json_object_get(json_object_get(c->tok_json, "model"), "ignore_merges"));
 }
 
 /* ---- tokenizer_config.json ---- */
@@ -657,6 +736,7 @@ int hf_tokenizer_load(const char *dir, const struct hf_tokenizer_opts *opts,
         (rc = parse_template(&c, dir, tok, msg)) || (rc = parse_model_config(&c, dir, tok, msg)))
         goto err_free_cfg;
     tok->model = xstrdup(c.spm ? "llama" : "gpt2");
+    parse_normalizer(&c, tok);
     if (c.spm) spm_scores(&c, tok);
     free(c.text);
     json_decref(c.cfg_json);
@@ -688,6 +768,12 @@ void hf_tokenizer_release(struct hf_tokenizer *tok)
     free(tok->model);
     free(tok->pre);
     free(tok->chat_template);
+    if (tok->added_text)
+        for (int64_t i = 0; i < tok->n_added; i++)
+            free(tok->added_text[i]);
+    free(tok->added_text);
+    free(tok->added_ids);
+    free(tok->added_flags);
     memset(tok, 0, sizeof(*tok));
     tok->bos_id = tok->eos_id = tok->unk_id = tok->pad_id = -1;
 }
@@ -713,6 +799,16 @@ void hf_tokenizer_to_gguf(const struct hf_tokenizer *tok, struct gguf_writer *w)
     gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", tok->add_bos);
     gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", tok->add_eos);
     if (tok->chat_template) gguf_writer_set_str(w, "tokenizer.chat_template", tok->chat_template);
+    if (tok->add_space_prefix >= 0)
+        gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", tok->add_space_prefix == 1);
+    gguf_writer_set_bool(w, "tokenizer.inferd.nfc", tok->nfc == 1);
+    gguf_writer_set_bool(w, "tokenizer.inferd.ignore_merges", tok->ignore_merges == 1);
+    gguf_writer_set_arr_i32(w, "tokenizer.inferd.added_ids", tok->added_ids,
+                            (uint64_t)tok->n_added);
+    gguf_writer_set_arr_i32(w, "tokenizer.inferd.added_flags", tok->added_flags,
+                            (uint64_t)tok->n_added);
+    gguf_writer_set_arr_str(w, "tokenizer.inferd.added_text", (const char *const *)tok->added_text,
+                            (uint64_t)tok->n_added);
 }
 
 int64_t hf_tokenizer_find(const struct hf_tokenizer *tok, const char *text)

@@ -7,7 +7,8 @@
  *   tokenizer.ggml.model          "gpt2" (byte-level BPE) | "llama" (SentencePiece-style
  *                                 BPE with byte fallback, from tokenizer.json)
  *   tokenizer.ggml.pre            pre-tokenizer family: "llama-bpe" | "qwen2" |
- *                                 "deepseek-v3" | "gpt-2" | "default" (llama) | --pre
+ *                                 "deepseek-v3" | "gpt-4o" | "tekken" | "gpt-2" |
+ *                                 "default" (llama) | --pre
  *   tokenizer.ggml.tokens         string[n_tokens], id order; holes "[PAD<id>]"
  *   tokenizer.ggml.token_type     int32[n_tokens]: HF_TOKEN_TYPE_*
  *   tokenizer.ggml.scores         float32[n_tokens], "llama" model only
@@ -15,6 +16,17 @@
  *   tokenizer.ggml.{bos,eos,unknown,padding}_token_id   u32, when known
  *   tokenizer.ggml.add_bos_token / add_eos_token        bool
  *   tokenizer.chat_template       string, when the config has one
+ *   tokenizer.ggml.add_space_prefix  bool, "llama" model: the normalizer prepends U+2581
+ *
+ * and, for what GGUF has no key for, inferd's own (readers that do not know
+ * them fall back on per-family defaults, see model/tokenizer/tokenizer.c):
+ *
+ *   tokenizer.inferd.nfc              bool: the normalizer is NFC (Qwen2)
+ *   tokenizer.inferd.ignore_merges    bool: model.ignore_merges (Llama 3)
+ *   tokenizer.inferd.added_ids        int32[n_added]: added_tokens[].id
+ *   tokenizer.inferd.added_flags      int32[n_added]: HF_ADDED_* (special,
+ *                                     lstrip, rstrip, normalized, single_word)
+ *   tokenizer.inferd.added_text       string[n_added]: added_tokens[].content
  *
  * How each field is derived (the converter's rules, restated):
  *
@@ -91,21 +103,37 @@ struct hf_tokenizer_opts {
 };
 
 struct hf_tokenizer {
-    char *model;         /* tokenizer.ggml.model: "gpt2" | "llama" */
-    char *pre;           /* tokenizer.ggml.pre */
-    int64_t n_tokens;    /* vocabulary size = rows of token_embd */
-    char **tokens;       /* (n_tokens) NUL-terminated UTF-8 */
-    int32_t *types;      /* (n_tokens) enum hf_token_type */
-    float *scores;       /* (n_tokens) for model "llama"; NULL for "gpt2" */
-    int64_t n_merges;    /* entries in merges */
-    char **merges;       /* (n_merges) "left right" */
-    int64_t bos_id;      /* -1 = none */
-    int64_t eos_id;      /* -1 = none */
-    int64_t unk_id;      /* -1 = none */
-    int64_t pad_id;      /* -1 = none */
-    bool add_bos;        /* prepend bos when tokenizing a prompt */
-    bool add_eos;        /* append eos when tokenizing a prompt */
-    char *chat_template; /* Jinja source; NULL = none */
+    char *model;          /* tokenizer.ggml.model: "gpt2" | "llama" */
+    char *pre;            /* tokenizer.ggml.pre */
+    int64_t n_tokens;     /* vocabulary size = rows of token_embd */
+    char **tokens;        /* (n_tokens) NUL-terminated UTF-8 */
+    int32_t *types;       /* (n_tokens) enum hf_token_type */
+    float *scores;        /* (n_tokens) for model "llama"; NULL for "gpt2" */
+    int64_t n_merges;     /* entries in merges */
+    char **merges;        /* (n_merges) "left right" */
+    int64_t bos_id;       /* -1 = none */
+    int64_t eos_id;       /* -1 = none */
+    int64_t unk_id;       /* -1 = none */
+    int64_t pad_id;       /* -1 = none */
+    bool add_bos;         /* prepend bos when tokenizing a prompt */
+    bool add_eos;         /* append eos when tokenizing a prompt */
+    char *chat_template;  /* Jinja source; NULL = none */
+    int add_space_prefix; /* "llama": normalizer prepends U+2581 (1/0); -1 for "gpt2" */
+    int nfc;              /* normalizer is NFC (1/0) */
+    int ignore_merges;    /* model.ignore_merges (1/0) */
+    int64_t n_added;      /* entries of added_tokens[] */
+    int32_t *added_ids;   /* (n_added) their ids */
+    int32_t *added_flags; /* (n_added) HF_ADDED_* bits */
+    char **added_text;    /* (n_added) their "content", verbatim */
+};
+
+/* Flags of an added token (tokenizer.inferd.added_flags). */
+enum hf_added_flag {
+    HF_ADDED_SPECIAL = 1 << 0,     /* "special" */
+    HF_ADDED_LSTRIP = 1 << 1,      /* "lstrip" */
+    HF_ADDED_RSTRIP = 1 << 2,      /* "rstrip" */
+    HF_ADDED_NORMALIZED = 1 << 3,  /* "normalized" (default: not special) */
+    HF_ADDED_SINGLE_WORD = 1 << 4, /* "single_word" */
 };
 
 /* Reads dir/tokenizer.json and dir/tokenizer_config.json (both required) and

@@ -81,10 +81,11 @@ int tokenizer_decode(const struct tokenizer *t, const int32_t *ids, size_t n, bo
 
 /* Incremental detokenizer: caller-owned state, one per sequence. */
 struct tokenizer_stream {
-    struct i32vec ids;   /* every id pushed so far */
-    size_t n_emitted;    /* bytes of the whole decoded text already returned */
-    bool skip_special;   /* as tokenizer_decode */
-    struct buf scratch;  /* decoding workspace */
+    struct i32vec ids;  /* every id pushed so far */
+    size_t n_emitted;   /* bytes of the whole decoded text already returned */
+    bool skip_special;  /* as tokenizer_decode */
+    struct buf scratch; /* decoding workspace: bytes not yet decidable */
+    bool started;       /* a non-empty token was pushed (leading-space rule) */
 };
 
 void tokenizer_stream_init(struct tokenizer_stream *s, bool skip_special);
