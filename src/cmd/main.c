@@ -17,6 +17,7 @@ static void usage(FILE *out)
                  "  model info    describe a GGUF model file\n"
                  "  model make    write a random-weight test model with a real tokenizer\n"
                  "  tokenize      text -> token ids with a model's tokenizer\n"
+                 "  template      print the prompt a model's chat template makes of a chat\n"
                  "\n"
                  "run 'inferd <command> --help' for a command's options.\n");
 }
@@ -31,6 +32,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "template")) return cmd_template(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench-engine")) return cmd_bench_engine(argc - 1, argv + 1);
     if (!strcmp(cmd, "model")) {
         if (argc >= 3 && !strcmp(argv[2], "info")) return cmd_model_info(argc - 2, argv + 2);
