@@ -13,5 +13,6 @@ int cmd_model_info(int argc, char **argv);
 int cmd_model_make(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_template(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

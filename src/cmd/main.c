@@ -11,6 +11,7 @@ static void usage(FILE *out)
     fprintf(out, "usage: inferd <command> [options]\n"
                  "\n"
                  "commands:\n"
+                 "  serve         the HTTP API server (OpenAI and Anthropic APIs)\n"
                  "  run           generate from a prompt on the command line\n"
                  "  logits        write the logits of every prompt position (float32)\n"
                  "  bench-engine  prefill / decode speed, as a share of this machine's limits\n"
@@ -29,6 +30,7 @@ int main(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
