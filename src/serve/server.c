@@ -123,6 +123,7 @@ struct server {
     struct runner_msg *msgs;          /* (cap_msgs) drain buffer */
     size_t cap_msgs;                  /* capacity of msgs */
     bool stopping;                    /* shutting down: refuse new work */
+    int n_unsent;                     /* answers handed to evhttp, not yet on the socket */
 };
 
 static const char demo_note[] =
@@ -304,6 +305,16 @@ static void stream_begin(struct call *c)
     buf_release(&b);
 }
 
+static void maybe_exit(struct server *s);
+
+/* The last byte of a call's answer reached the socket. */
+static void on_sent(struct evhttp_request *req, void *arg)
+{
+    struct server *s = arg;
+    s->n_unsent--;
+    if (s->stopping) maybe_exit(s);
+}
+
 /* Ends the HTTP exchange of a call whose choices all ended (or failed). */
 static void finish_call(struct call *c, int err_code, const char *err_text)
 {
@@ -311,6 +322,10 @@ static void finish_call(struct call *c, int err_code, const char *err_text)
     if (c->replied) return;
     c->replied = true;
     detach_close(c);
+    if (!c->gone) {
+        s->n_unsent++;
+        evhttp_request_set_on_complete_cb(c->req, on_sent, s);
+    }
     int n_gen = api_out_completion_tokens(&c->out);
     if (err_code) /* the other choices of a failed call are of no use */
         for (int i = 0; i < c->out.n_choices; i++)
@@ -528,8 +543,6 @@ static struct call *find_tag(struct server *s, uint64_t tag, int *idx)
             }
     return NULL;
 }
-
-static void maybe_exit(struct server *s);
 
 static void on_wake(evutil_socket_t fd, short what, void *arg)
 {
@@ -1061,7 +1074,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 
 static void maybe_exit(struct server *s)
 {
-    if (!s->calls) event_base_loopexit(s->base, NULL);
+    if (!s->calls && s->n_unsent == 0) event_base_loopexit(s->base, NULL);
 }
 
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
