@@ -53,6 +53,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -95,6 +96,7 @@ struct call {
     json_t *history;            /* Responses: stored conversation continued */
     uint64_t t_start_ns;        /* request received */
     int status;                 /* HTTP status sent */
+    struct event *peer_ev;      /* watches the socket for the client leaving */
     struct call *prev, *next;   /* server's live calls */
 };
 
@@ -227,9 +229,12 @@ static void new_id(const char *prefix, char *out, size_t n)
 
 /* ------------------------------------------------------------ call life */
 
+static void stop_watching(struct call *c);
+
 static void call_free(struct call *c)
 {
     struct server *s = c->srv;
+    stop_watching(c);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -263,18 +268,51 @@ static bool call_engine_idle(const struct call *c)
     return true;
 }
 
+static void stop_watching(struct call *c)
+{
+    if (c->peer_ev) event_free(c->peer_ev);
+    c->peer_ev = NULL;
+}
+
 static void on_close(struct evhttp_connection *conn, void *arg)
 {
     struct call *c = arg;
-    if (c->replied) return;
+    stop_watching(c);
+    if (c->replied || c->gone) return;
     c->gone = true;
     c->srv->metrics.cancelled++;
     for (int i = 0; i < c->out.n_choices; i++)
         if (c->gens[i].engine_open) runner_cancel(&c->srv->runner, c->gens[i].tag);
 }
 
+/* evhttp reads nothing while a request is being answered, so it would only
+ * notice a client that left at the next write - never, for a non-streamed
+ * answer that takes minutes. We watch the socket ourselves: end of file (or
+ * an error) means the client is gone; bytes (a pipelined request) end the
+ * watch, since they cannot be told apart from a live client. */
+static void on_peer(evutil_socket_t fd, short what, void *arg)
+{
+    struct call *c = arg;
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    stop_watching(c);
+    if (n <= 0) on_close(NULL, c);
+}
+
+static void watch_peer(struct call *c)
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(c->req);
+    struct bufferevent *bev = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
+    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+    if (fd < 0) return;
+    c->peer_ev = event_new(c->srv->base, fd, EV_READ | EV_PERSIST, on_peer, c);
+    event_add(c->peer_ev, NULL);
+}
+
 static void detach_close(struct call *c)
 {
+    stop_watching(c);
     struct evhttp_connection *conn = evhttp_request_get_connection(c->req);
     if (conn) evhttp_connection_set_closecb(conn, NULL, NULL);
 }
@@ -476,6 +514,7 @@ static void on_message(struct server *s, struct call *c, int i, const struct run
     const struct inferd_event *ev = &m->ev;
     bool final = m->rc != 0 || ev->finish != INFERD_FINISH_NONE;
     if (final) g->engine_open = false;
+    if (c->replied) return; /* answered already (an error, or shutdown): bookkeeping only */
     if (m->rc) {
         if (!g->done) {
             g->done = true;
@@ -811,6 +850,7 @@ static void handle_generate(struct server *s, struct evhttp_request *req, const 
     s->metrics.open_requests++;
     struct evhttp_connection *conn = evhttp_request_get_connection(req);
     if (conn) evhttp_connection_set_closecb(conn, on_close, c);
+    watch_peer(c);
     start_generation(s, c);
 }
 
@@ -1086,7 +1126,12 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
             if (c->gens[i].engine_open) runner_cancel(&s->runner, c->gens[i].tag);
         finish_call(c, ERR_UNAVAILABLE, "the server is shutting down");
     }
-    event_base_loopexit(s->base, NULL);
+    /* The error answers and events still have to reach their sockets:
+     * maybe_exit ends the loop once they have (and the cancellations have
+     * come back); a second at most. */
+    struct timeval tv = {1, 0};
+    event_base_loopexit(s->base, &tv);
+    maybe_exit(s);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)

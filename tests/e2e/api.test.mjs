@@ -305,6 +305,20 @@ test('client disconnect mid-stream cancels the engine request', async () => {
     assert.equal(m.get('inferd_num_requests_running'), 0);
     assert.equal(m.get('inferd_kv_blocks_used'), 0);
     assert.ok(m.get('inferd_requests_cancelled_total') >= 1);
+    // A non-streamed request abandoned before its answer is cancelled too.
+    const before2 = m.get('inferd_engine_cancelled_total');
+    const ac2 = new AbortController();
+    const pending = openai.completions.create({ model: MODEL, prompt: 'go', max_tokens: 1000 }, { signal: ac2.signal });
+    await new Promise((r) => setTimeout(r, 150));
+    ac2.abort();
+    await assert.rejects(pending);
+    for (let i = 0; i < 100; i++) {
+        m = await metrics();
+        if (m.get('inferd_engine_cancelled_total') > before2 && m.get('inferd_num_requests_running') === 0) break;
+        await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.ok(m.get('inferd_engine_cancelled_total') > before2, 'engine saw the second cancel');
+    assert.equal(m.get('inferd_kv_blocks_used'), 0);
     // Follow-up works.
     const r = await openai.chat.completions.create({ model: MODEL, messages: chatMsgs, max_tokens: 2 });
     assert.equal(r.choices[0].finish_reason, 'length');

@@ -17,7 +17,7 @@ trap cleanup EXIT
 
 "$INFERD_BIN" serve -m "$m" --port 0 --port-file "$work/port" --data-dir "$work/data" \
     --threads 2 --ctx 1024 --idle-timeout 2 --max-headers 8192 --max-body 65536 \
-    --shutdown-timeout 5 >"$work/log" 2>&1 &
+    --shutdown-timeout 3 >"$work/log" 2>&1 &
 pid=$!
 for _ in $(seq 1 300); do [ -s "$work/port" ] && break; sleep 0.1; done
 port=$(cat "$work/port")
@@ -30,21 +30,33 @@ else
     fail "robustness"
 fi
 
-# Shutdown with a stream in flight: SIGTERM while it runs; the stream must
-# end with [DONE] (finished in the grace period) and the server exit 0.
+# Shutdown with streams in flight: SIGTERM while they run. A short one ends
+# with [DONE] within the grace period; a long one (past the 3 s grace) ends
+# with an error event; either way the stream is well formed and the server
+# exits 0.
 curl -sN "http://127.0.0.1:$port/v1/completions" \
-    -d '{"prompt":"go","max_tokens":300,"stream":true}' >"$work/stream" &
-curl_pid=$!
+    -d '{"prompt":"go","max_tokens":40,"stream":true}' >"$work/short" &
+c1=$!
+curl -sN "http://127.0.0.1:$port/v1/completions" \
+    -d '{"prompt":"go","max_tokens":1000,"stream":true,"temperature":0,"logit_bias":{"151645":-100}}' \
+    >"$work/long" &
+c2=$!
 sleep 0.3
 kill -TERM "$pid"
-wait "$curl_pid" || true
-if wait "$pid"; then ok "exit 0 after SIGTERM with a stream in flight"; else fail "exit status"; fi
+wait "$c1" "$c2" || true
+if wait "$pid"; then ok "exit 0 after SIGTERM with streams in flight"; else fail "exit status"; fi
 pid=
-if tail -c 200 "$work/stream" | grep -q 'data: \[DONE\]'; then
-    ok "in-flight stream finished during the grace period"
+if tail -c 200 "$work/short" | grep -q 'data: \[DONE\]'; then
+    ok "short stream finished during the grace period"
 else
-    tail -c 300 "$work/stream"
-    fail "in-flight stream did not end with [DONE]"
+    tail -c 300 "$work/short"
+    fail "short stream did not end with [DONE]"
+fi
+if tail -c 400 "$work/long" | grep -q 'data: {"error":{"message":"the server is shutting down"'; then
+    ok "long stream ended with an error event after the grace period"
+else
+    tail -c 400 "$work/long"
+    fail "long stream did not end with an error event"
 fi
 grep -q 'finishing in-flight requests' "$work/log" && ok "shutdown logged" || fail "shutdown log"
 finish
