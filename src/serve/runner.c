@@ -135,7 +135,8 @@ static void *thread_main(void *arg)
         if (stopping)
             for (size_t i = 0; i < t.n_live; i++)
                 inferd_cancel(r->engine, t.live[i].id);
-        int n = inferd_engine_step(r->engine);
+        /* No live request: nothing to step (finished ones hold no KV). */
+        int n = t.n_live > 0 ? inferd_engine_step(r->engine) : 0;
         if (n < 0) {
             /* A failing step is a bug or resource exhaustion the engine could
              * not resolve: end every live request with an error rather than

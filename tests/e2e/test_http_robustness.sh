@@ -31,14 +31,15 @@ else
 fi
 
 # Shutdown with streams in flight: SIGTERM while they run. A short one ends
-# with [DONE] within the grace period; a long one (past the 3 s grace) ends
+# with [DONE] within the grace period; a long one (8 x 1000 tokens, well past
+# the 3 s grace) ends
 # with an error event; either way the stream is well formed and the server
 # exits 0.
 curl -sN "http://127.0.0.1:$port/v1/completions" \
-    -d '{"prompt":"go","max_tokens":40,"stream":true}' >"$work/short" &
+    -d '{"prompt":"go","max_tokens":8,"stream":true}' >"$work/short" &
 c1=$!
 curl -sN "http://127.0.0.1:$port/v1/completions" \
-    -d '{"prompt":"go","max_tokens":1000,"stream":true,"temperature":0,"logit_bias":{"151645":-100}}' \
+    -d '{"prompt":"go","max_tokens":1000,"n":8,"stream":true,"logit_bias":{"151645":-100}}' \
     >"$work/long" &
 c2=$!
 sleep 0.3
