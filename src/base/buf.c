@@ -14,7 +14,8 @@ void buf_reserve(struct buf *b, size_t n)
     size_t need = b->len + n + 1;
     if (need <= b->cap) return;
     size_t cap = b->cap ? b->cap : 64;
-    while (cap < need) cap *= 2;
+    while (cap < need)
+        cap *= 2;
     b->data = xrealloc(b->data, cap);
     b->cap = cap;
 }
@@ -27,9 +28,15 @@ void buf_append(struct buf *b, const void *p, size_t n)
     b->data[b->len] = 0;
 }
 
-void buf_puts(struct buf *b, const char *s) { buf_append(b, s, strlen(s)); }
+void buf_puts(struct buf *b, const char *s)
+{
+    buf_append(b, s, strlen(s));
+}
 
-void buf_putc(struct buf *b, char c) { buf_append(b, &c, 1); }
+void buf_putc(struct buf *b, char c)
+{
+    buf_append(b, &c, 1);
+}
 
 void buf_vprintf(struct buf *b, const char *fmt, va_list ap)
 {
@@ -69,15 +76,22 @@ void buf_release(struct buf *b)
     b->len = b->cap = 0;
 }
 
-const char *buf_str(const struct buf *b) { return b->data ? b->data : ""; }
+const char *buf_str(const struct buf *b)
+{
+    return b->data ? b->data : "";
+}
 
-void i32vec_push(struct i32vec *a, int32_t x) { i32vec_append(a, &x, 1); }
+void i32vec_push(struct i32vec *a, int32_t x)
+{
+    i32vec_append(a, &x, 1);
+}
 
 void i32vec_append(struct i32vec *a, const int32_t *x, size_t n)
 {
     if (a->n + n > a->cap) {
         size_t cap = a->cap ? a->cap : 64;
-        while (cap < a->n + n) cap *= 2;
+        while (cap < a->n + n)
+            cap *= 2;
         a->v = xrealloc(a->v, cap * sizeof(*a->v));
         a->cap = cap;
     }

@@ -175,25 +175,26 @@ static void send_json(struct evhttp_request *req, int status, json_t *v)
     json_decref(v);
 }
 
-static void log_request(struct evhttp_request *req, const char *path, int status, int n_prompt,
-                        int n_gen, uint64_t t0)
+static const char *method_of(struct evhttp_request *req)
 {
-    const char *m = "?";
     switch (evhttp_request_get_command(req)) {
     case EVHTTP_REQ_GET:
-        m = "GET";
-        break;
+        return "GET";
     case EVHTTP_REQ_POST:
-        m = "POST";
-        break;
+        return "POST";
     case EVHTTP_REQ_DELETE:
-        m = "DELETE";
-        break;
+        return "DELETE";
     default:
-        break;
+        return "?";
     }
-    log_info("%s %s %d prompt=%d gen=%d %.1fms", m, path, status, n_prompt, n_gen,
-             (double)(time_now_ns() - t0) * 1e-6);
+}
+
+/* The one log line of a request: method, path, status, tokens, time. */
+static void log_request(const char *method, const char *path, int status, int n_prompt, int n_gen,
+                        uint64_t t0, const char *note)
+{
+    log_info("%s %s %d prompt=%d gen=%d %.1fms%s", method, path, status, n_prompt, n_gen,
+             (double)(time_now_ns() - t0) * 1e-6, note);
 }
 
 /* Retry-After for 429 / 503: the engine's estimate of its queue wait,
@@ -215,7 +216,10 @@ static void send_error(struct server *s, struct evhttp_request *req, const char 
     int status = err_http_status(code);
     if (code == ERR_OVERLOADED || code == ERR_UNAVAILABLE || code == ERR_QUOTA) retry_after(s, req);
     metrics_request(&s->metrics, endpoint, status);
-    log_request(req, evhttp_request_get_uri(req), status, 0, 0, t0);
+    char path[128];
+    const char *uri = evhttp_request_get_uri(req);
+    snprintf(path, sizeof(path), "%.*s", (int)strcspn(uri, "?#"), uri);
+    log_request(method_of(req), path, status, 0, 0, t0, "");
     send_json(req, status, api_error_json(kind, code, message, param));
 }
 
@@ -413,9 +417,8 @@ static void finish_call(struct call *c, int err_code, const char *err_text)
     s->metrics.cached_tokens += (uint64_t)c->out.n_cached_tokens;
     s->metrics.generated_tokens += (uint64_t)n_gen;
     metrics_request(&s->metrics, c->endpoint, c->gone ? 499 : c->status);
-    log_info("%s %s %d prompt=%d gen=%d %.1fms%s", "POST", c->endpoint, c->gone ? 499 : c->status,
-             c->out.n_prompt_tokens, n_gen, (double)(now - c->t_start_ns) * 1e-6,
-             c->gone ? " (client gone)" : "");
+    log_request("POST", c->endpoint, c->gone ? 499 : c->status, c->out.n_prompt_tokens, n_gen,
+                c->t_start_ns, c->gone ? " (client gone)" : "");
 }
 
 static bool all_done(const struct call *c)
@@ -1021,7 +1024,8 @@ static void handle_stored(struct server *s, struct evhttp_request *req, const ch
         return;
     }
     metrics_request(&s->metrics, "/v1/responses/{id}", 200);
-    log_request(req, evhttp_request_get_uri(req), 200, 0, 0, t0);
+    log_request(cmd == EVHTTP_REQ_DELETE ? "DELETE" : "GET", "/v1/responses/{id}", 200, 0, 0, t0,
+                "");
 }
 
 static void on_request(struct evhttp_request *req, void *arg)
@@ -1034,15 +1038,19 @@ static void on_request(struct evhttp_request *req, void *arg)
     snprintf(path, sizeof(path), "%.*s", (int)MIN(plen, sizeof(path) - 1), uri);
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     bool post = cmd == EVHTTP_REQ_POST, get = cmd == EVHTTP_REQ_GET;
+    const char *method = method_of(req);
     enum api_kind kind = !strncmp(path, "/v1/messages", 12) ? API_MESSAGES : API_CHAT;
 
     /* Operational endpoints answer while stopping and without a key. */
     if (get && !strcmp(path, "/health")) {
         handle_health(s, req);
+        log_debug("GET /health %d %.1fms", s->stopping ? 503 : 200,
+                  (double)(time_now_ns() - t0) * 1e-6);
         return;
     }
     if (get && !strcmp(path, "/metrics")) {
         handle_metrics(s, req);
+        log_debug("GET /metrics 200 %.1fms", (double)(time_now_ns() - t0) * 1e-6);
         return;
     }
     if (s->stopping) {
@@ -1078,6 +1086,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     if (get && !strcmp(path, "/v1/models")) {
         handle_models(s, req);
         metrics_request(&s->metrics, "/v1/models", 200);
+        log_request(method, path, 200, 0, 0, t0, "");
         return;
     }
     if ((get || cmd == EVHTTP_REQ_DELETE) && !strncmp(path, "/v1/responses/", 14) && path[14] &&
@@ -1096,8 +1105,10 @@ static void on_request(struct evhttp_request *req, void *arg)
                               : handle_tokenize(s, req, ep[1] == 'v', kind, &r, &msg);
         if (rc)
             send_error(s, req, ep, kind, rc, msg.text[0] ? msg.text : err_str(rc), r.bad_param, t0);
-        else
+        else {
             metrics_request(&s->metrics, ep, 200);
+            log_request(method, path, 200, 0, 0, t0, "");
+        }
         api_request_release(&r);
         return;
     }
