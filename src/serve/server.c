@@ -1194,7 +1194,7 @@ static int make_demo(const struct serve_config *cfg, char *path, size_t n, struc
     int rc = maker_tokenizer_dir("qwen3", MODEL_ARCH_QWEN3, "/proc/self/exe", tok_dir,
                                  sizeof(tok_dir), msg);
     if (rc) return rc;
-    log_info("making the demo model %s (random weights, Qwen3 tokenizer)", path);
+    log_info("no model given: making the demo model %s - %s", path, demo_note);
     char tmp[PATH_MAX + 8];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     struct maker_opts o = {.preset = "tiny",
