@@ -36,10 +36,12 @@
  * cache_salt values never share blocks.
  *
  * Errors: functions return 0 or a negative code (see inferd_strerror); those
- * that take a char *err buffer also write a message there. Codes used here:
- * ERR_INVALID (-10001, bad field), ERR_TOO_LARGE (-10008, prompt beyond the
- * context length), ERR_OVERLOADED (-10005, waiting queue full: retry later),
- * ERR_NOT_FOUND (-10007, unknown request id), -ENOMEM.
+ * that take a char *err buffer also write a message there. Codes used here
+ * (src/base/err.h maps each to an HTTP status and API error types):
+ * ERR_INVALID (-10001, bad field), ERR_FORMAT (-10002, malformed KV frame),
+ * ERR_NO_KV (-10004, no KV block to be had), ERR_OVERLOADED (-10005, waiting
+ * queue full: retry later), ERR_NOT_FOUND (-10007, unknown request or block
+ * id), ERR_TOO_LARGE (-10008, prompt beyond the context length), -ENOMEM.
  *
  * Bit-exactness: a request's tokens and logprobs do not depend on the other
  * requests in the engine, their priorities, the budget/chunking, n_threads,
@@ -222,6 +224,24 @@ struct inferd_kv_event {
 /* Moves up to cap pending events to out, oldest first; returns how many.
  * Events accumulate until drained when config.kv_events is set. */
 int inferd_kv_events(inferd_engine *e, struct inferd_kv_event *out, int cap);
+
+/* ---- KV block export / import by id (tiers, transfers) ----
+ * A frame carries one cached block: a 56-byte header (magic, engine
+ * fingerprint, id, layout, XXH3-64 checksum) and the block's bytes, layer by
+ * layer (src/kv/prefix.h has the layout). Frames move between engines with
+ * equal fingerprints; an imported block is found by the next request whose
+ * prompt hashes to its id, exactly as if this engine had computed it. */
+
+/* Bytes of one frame (0 with the prefix cache off). */
+size_t inferd_kv_frame_bytes(const inferd_engine *e);
+/* Writes the cached block `id` into buf. Returns 0, ERR_NOT_FOUND (not
+ * cached here) or ERR_INVALID (cap < inferd_kv_frame_bytes). */
+int inferd_kv_export(inferd_engine *e, const uint8_t id[16], void *buf, size_t cap);
+/* Validates a frame (external input) and caches its block, unreferenced.
+ * Returns 0 (also when the id is cached already), ERR_FORMAT (bad magic,
+ * size, checksum), ERR_INVALID (other fingerprint or layout, cache off) or
+ * ERR_NO_KV (every block in use), with a message in err. */
+int inferd_kv_import(inferd_engine *e, const void *buf, size_t len, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,10 @@
  * chunk its prefill (--chunk) and change the thread count, and write every
  * step's logprob as an exact hex float (--dump-logprobs): comparing dumps
  * checks the engine's bit-exact invariance from the command line.
+ *
+ * `--runs N` submits the same request N times in a row on one engine: later
+ * runs find the prompt in the prefix cache, and the command checks that they
+ * give the first run's tokens and logprobs bit for bit.
  */
 #include "cmd/args.h"
 #include "cmd/cmd.h"
@@ -35,7 +39,10 @@ static void run_usage(void)
             "  --repeat-penalty R --presence-penalty P --frequency-penalty F\n"
             "  --logprobs N           also print the top N alternatives per token\n"
             "  --ignore-eos           do not stop at end-of-generation tokens\n"
-            "  --dump-logprobs FILE   each step's token and logprob as an exact hex float\n");
+            "  --dump-logprobs FILE   each step's token and logprob as an exact hex float\n"
+            "  --runs N               run the request N times on one engine; later runs read the\n"
+            "                         prompt from the prefix cache and must match run 1 bitwise\n"
+            "  --no-prefix-cache      never reuse KV across requests\n");
 }
 
 static bool parse_kv(const char *s, enum inferd_kv_type *out)
@@ -58,7 +65,7 @@ int cmd_run(int argc, char **argv)
     const char *model_path = NULL, *text = NULL, *dump_path = NULL;
     int32_t *prompt = NULL;
     int n_prompt = 0, rc = 1;
-    long max_tokens = 128, batch_with = 0, n_logprobs = 0, v;
+    long max_tokens = 128, batch_with = 0, n_logprobs = 0, runs = 1, v;
     double d;
     bool ignore_eos = false;
     struct inferd_engine_config cfg;
@@ -76,6 +83,10 @@ int cmd_run(int argc, char **argv)
         }
         if (!strcmp(a, "--ignore-eos")) {
             ignore_eos = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-prefix-cache")) {
+            cfg.no_prefix_cache = true;
             continue;
         }
         if (!(val = arg_value(argc, argv, &i))) goto usage;
@@ -128,6 +139,8 @@ int cmd_run(int argc, char **argv)
         } else if (!strcmp(a, "--logprobs")) {
             if (!arg_int(a, val, 0, 20, &n_logprobs)) goto usage;
             sp.n_logprobs = (int)n_logprobs;
+        } else if (!strcmp(a, "--runs")) {
+            if (!arg_int(a, val, 1, 1000, &runs)) goto usage;
         } else if (!strcmp(a, "--dump-logprobs"))
             dump_path = val;
         else {
@@ -206,60 +219,92 @@ int cmd_run(int argc, char **argv)
                                  .max_tokens = (int)max_tokens,
                                  .ignore_eos = ignore_eos,
                                  .sampling = sp};
-    uint64_t id;
-    if (inferd_submit(e, &req, &id, err, sizeof(err))) {
-        fprintf(stderr, "inferd: run: %s\n", err);
-        goto out_engine;
-    }
-
-    double t0 = time_now_s(), t_first = 0;
-    int n_gen = 0;
-    bool done = false;
-    enum inferd_finish why = INFERD_FINISH_NONE;
-    while (!done) {
-        int n = inferd_engine_step(e);
-        if (n < 0) {
-            fprintf(stderr, "inferd: step failed: %s\n", inferd_strerror(n));
-            goto out_engine;
+    /* Run 1's tokens and logprobs, which later runs must repeat. */
+    int32_t *first_tok = xmalloc(sizeof(int32_t) * (size_t)max_tokens);
+    float *first_lp = xmalloc(sizeof(float) * (size_t)max_tokens);
+    int n_first = 0;
+    for (long run = 0; run < runs; run++) {
+        uint64_t id;
+        if (inferd_submit(e, &req, &id, err, sizeof(err))) {
+            fprintf(stderr, "inferd: run: %s\n", err);
+            goto out_first;
         }
-        struct inferd_event ev;
-        while (inferd_poll(e, &ev)) {
-            if (ev.request != id) continue;
-            if (ev.token >= 0) {
-                if (n_gen++ == 0) t_first = time_now_s();
-                printf("%d ", ev.token);
-                if (n_logprobs) {
-                    printf("(%.4f:", (double)ev.logprob);
-                    for (int i = 0; i < ev.n_top; i++)
-                        printf(" %d=%.4f", ev.top[i].token, (double)ev.top[i].logprob);
-                    printf(") ");
+        double t0 = time_now_s(), t_first = 0;
+        int n_gen = 0, n_cached = 0;
+        bool done = false, same = true;
+        enum inferd_finish why = INFERD_FINISH_NONE;
+        while (!done) {
+            int n = inferd_engine_step(e);
+            if (n < 0) {
+                fprintf(stderr, "inferd: step failed: %s\n", inferd_strerror(n));
+                goto out_first;
+            }
+            struct inferd_event ev;
+            while (inferd_poll(e, &ev)) {
+                if (ev.request != id) continue;
+                if (ev.token >= 0) {
+                    if (n_gen == 0) t_first = time_now_s();
+                    if (run == 0) {
+                        first_tok[n_gen] = ev.token;
+                        first_lp[n_gen] = ev.logprob;
+                        n_first = n_gen + 1;
+                        printf("%d ", ev.token);
+                        if (n_logprobs) {
+                            printf("(%.4f:", (double)ev.logprob);
+                            for (int i = 0; i < ev.n_top; i++)
+                                printf(" %d=%.4f", ev.top[i].token, (double)ev.top[i].logprob);
+                            printf(") ");
+                        }
+                        fflush(stdout);
+                        if (dump) fprintf(dump, "%d %a\n", ev.token, (double)ev.logprob);
+                    } else if (n_gen >= n_first || first_tok[n_gen] != ev.token ||
+                               memcmp(&first_lp[n_gen], &ev.logprob, sizeof(float)) != 0) {
+                        same = false;
+                    }
+                    n_gen++;
                 }
-                fflush(stdout);
-                if (dump) fprintf(dump, "%d %a\n", ev.token, (double)ev.logprob);
+                if (ev.finish != INFERD_FINISH_NONE) {
+                    why = ev.finish;
+                    n_cached = ev.n_cached;
+                    done = true;
+                }
             }
-            if (ev.finish != INFERD_FINISH_NONE) {
-                why = ev.finish;
-                done = true;
+            if (n == 0 && !done) {
+                fprintf(stderr, "inferd: run: the engine stalled (KV cache too small?)\n");
+                goto out_first;
             }
         }
-        if (n == 0 && !done) {
-            fprintf(stderr, "inferd: run: the engine stalled (KV cache too small?)\n");
-            goto out_engine;
+        double t1 = time_now_s();
+        if (run == 0) {
+            printf("\n");
+            fflush(stdout);
+        }
+        same = same && n_gen == n_first;
+        /* With a crowd the timings include the others' work; they are the
+         * request's own wall-clock rates. */
+        char label[32] = "";
+        if (runs > 1) snprintf(label, sizeof(label), "run %ld: ", run + 1);
+        fprintf(stderr,
+                "%sprompt: %d tokens (%d cached), %.1f tokens/s | generation: %d tokens, %.1f "
+                "tokens/s | finish: %s%s\n",
+                label, n_prompt, n_cached, n_prompt / (t_first - t0), n_gen,
+                n_gen > 1 ? (n_gen - 1) / (t1 - t_first) : 0.0,
+                why == INFERD_FINISH_STOP     ? "stop"
+                : why == INFERD_FINISH_LENGTH ? "length"
+                                              : "other",
+                run == 0 ? ""
+                : same   ? " | output identical to run 1"
+                         : "");
+        if (!same) {
+            fprintf(stderr, "inferd: run: run %ld gave other tokens or logprobs than run 1\n",
+                    run + 1);
+            goto out_first;
         }
     }
-    double t1 = time_now_s();
-    printf("\n");
-    fflush(stdout);
-    /* With a crowd the timings include the others' work; they are the
-     * request's own wall-clock rates. */
-    fprintf(
-        stderr,
-        "prompt: %d tokens, %.1f tokens/s | generation: %d tokens, %.1f tokens/s | finish: %s\n",
-        n_prompt, n_prompt / (t_first - t0), n_gen, n_gen > 1 ? (n_gen - 1) / (t1 - t_first) : 0.0,
-        why == INFERD_FINISH_STOP     ? "stop"
-        : why == INFERD_FINISH_LENGTH ? "length"
-                                      : "other");
     rc = 0;
+out_first:
+    free(first_tok);
+    free(first_lp);
 out_engine:
     inferd_engine_free(e);
 out_dump:

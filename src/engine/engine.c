@@ -94,6 +94,7 @@ struct req {
     int n_committed;          /* leading blocks entered into (or taken from) the index */
     int batch_seq;            /* index in the current batch's seqs, or -1 */
     int rank;                 /* position in this step's priority order */
+    uint64_t preempted_in;    /* step serial of the last preemption (0: never) */
 };
 
 struct inferd_engine {
@@ -111,6 +112,7 @@ struct inferd_engine {
     int n_running;                   /* requests in REQ_STATE_RUNNING */
     int n_reqs, cap_reqs;            /* count, allocated (both arrays) */
     uint64_t next_id;                /* next request id */
+    uint64_t step_serial;            /* inferd_engine_step calls, idle ones included */
     /* step scratch, sized for token_budget */
     int32_t *b_tokens, *b_pos, *b_seq; /* (token_budget) */
     bool *b_want;                      /* (token_budget) */
@@ -618,6 +620,7 @@ static void preempt(struct inferd_engine *e, struct req *q)
     q->n_computed = 0;
     q->n_committed = 0;
     q->state = REQ_STATE_WAITING;
+    q->preempted_in = e->step_serial;
     e->n_running--;
     e->stats.n_preempted++;
 }
@@ -679,6 +682,7 @@ static int by_priority(const void *pa, const void *pb)
 int inferd_engine_step(inferd_engine *e)
 {
     double t0 = time_now_s();
+    e->step_serial++;
     /* Retire finished requests (their blocks are released already). */
     int w = 0;
     for (int i = 0; i < e->n_reqs; i++) {
@@ -713,7 +717,9 @@ int inferd_engine_step(inferd_engine *e)
         if (q->batch_seq >= 0 || q->state == REQ_STATE_FINISHED) continue;
         int hit = -1; /* blocks attached if q is admitted now */
         if (q->state == REQ_STATE_WAITING) {
-            if (e->n_running >= e->cfg.max_seqs) continue;
+            /* A request preempted in this step waits for the next one:
+             * readmitting it now would only take back what was freed. */
+            if (e->n_running >= e->cfg.max_seqs || q->preempted_in == e->step_serial) continue;
             hit = admit(e, q);
         } else if (q->n_tokens - q->n_computed == 1) {
             continue; /* decoding: handled above (or out of budget) */
@@ -825,11 +831,29 @@ int inferd_kv_events(inferd_engine *e, struct inferd_kv_event *out, int cap)
         for (int i = 0; i < k; i++, n++) {
             out[n].kind =
                 ev[i].kind == KV_PREFIX_EVENT_STORED ? INFERD_KV_STORED : INFERD_KV_EVICTED;
-            for (int b = 0; b < 8; b++) {
-                out[n].id[b] = (uint8_t)(ev[i].id.hi >> (56 - 8 * b));
-                out[n].id[8 + b] = (uint8_t)(ev[i].id.lo >> (56 - 8 * b));
-            }
+            kv_block_id_to_bytes(&ev[i].id, out[n].id);
         }
     }
     return n;
+}
+
+size_t inferd_kv_frame_bytes(const inferd_engine *e)
+{
+    return e->prefix_on ? kv_prefix_frame_bytes(&e->prefix) : 0;
+}
+
+int inferd_kv_export(inferd_engine *e, const uint8_t id[16], void *buf, size_t cap)
+{
+    if (!e->prefix_on) return ERR_NOT_FOUND;
+    struct kv_block_id bid = kv_block_id_from_bytes(id);
+    return kv_prefix_export(&e->prefix, &bid, buf, cap);
+}
+
+int inferd_kv_import(inferd_engine *e, const void *buf, size_t len, char *err, size_t err_len)
+{
+    struct err_msg msg = {{0}};
+    int rc = e->prefix_on ? kv_prefix_import(&e->prefix, buf, len, &msg)
+                          : err_set(&msg, ERR_INVALID, "kv import: the prefix cache is off");
+    if (rc) copy_err(err, err_len, &msg, rc);
+    return rc;
 }

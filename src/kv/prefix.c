@@ -7,6 +7,7 @@
 
 #include "base/check.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -221,4 +222,96 @@ void kv_prefix_commit(struct kv_prefix *px, const struct kv_seq *s, const struct
         px->n_stored++;
         emit(px, KV_PREFIX_EVENT_STORED, &ids[i]);
     }
+}
+
+void kv_block_id_to_bytes(const struct kv_block_id *id, uint8_t out[16])
+{
+    for (int k = 0; k < 8; k++) {
+        out[k] = (uint8_t)(id->hi >> (56 - 8 * k));
+        out[8 + k] = (uint8_t)(id->lo >> (56 - 8 * k));
+    }
+}
+
+struct kv_block_id kv_block_id_from_bytes(const uint8_t in[16])
+{
+    struct kv_block_id id = {0, 0};
+    for (int k = 0; k < 8; k++) {
+        id.hi = id.hi << 8 | in[k];
+        id.lo = id.lo << 8 | in[8 + k];
+    }
+    return id;
+}
+
+static const char frame_magic[8] = {'I', 'N', 'F', 'D', 'K', 'V', 'B', '1'};
+
+static void put_u32(uint8_t *d, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        d[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const uint8_t *d)
+{
+    return (uint32_t)d[0] | (uint32_t)d[1] << 8 | (uint32_t)d[2] << 16 | (uint32_t)d[3] << 24;
+}
+
+static uint64_t get_u64(const uint8_t *d)
+{
+    return (uint64_t)get_u32(d) | (uint64_t)get_u32(d + 4) << 32;
+}
+
+size_t kv_prefix_frame_bytes(const struct kv_prefix *px)
+{
+    return KV_FRAME_HEADER + px->pool->block_bytes;
+}
+
+int kv_prefix_export(const struct kv_prefix *px, const struct kv_block_id *id, void *buf,
+                     size_t cap)
+{
+    const struct kv_pool *p = px->pool;
+    int32_t b;
+    if (!kv_prefix_lookup(px, id, &b)) return ERR_NOT_FOUND;
+    if (cap < kv_prefix_frame_bytes(px)) return ERR_INVALID;
+    uint8_t *d = buf;
+    const uint8_t *payload = kv_pool_k(p, b, 0);
+    memcpy(d, frame_magic, 8);
+    memcpy(d + 8, px->fingerprint, 16);
+    kv_block_id_to_bytes(id, d + 24);
+    put_u32(d + 40, (uint32_t)p->cfg.n_layer);
+    put_u32(d + 44, (uint32_t)(2 * p->half_bytes));
+    put_u64(d + 48, XXH3_64bits(payload, p->block_bytes));
+    memcpy(d + KV_FRAME_HEADER, payload, p->block_bytes);
+    return 0;
+}
+
+int kv_prefix_import(struct kv_prefix *px, const void *buf, size_t len, struct err_msg *msg)
+{
+    struct kv_pool *p = px->pool;
+    const uint8_t *d = buf;
+    if (len < KV_FRAME_HEADER || memcmp(d, frame_magic, 8) != 0)
+        return err_set(msg, ERR_FORMAT, "kv block frame: bad magic or %zu bytes is too short", len);
+    if (memcmp(d + 8, px->fingerprint, 16) != 0)
+        return err_set(msg, ERR_INVALID,
+                       "kv block frame: engine fingerprint differs (another model, KV type, "
+                       "block size or numerics version)");
+    uint32_t n_layer = get_u32(d + 40), layer_bytes = get_u32(d + 44);
+    if (n_layer != (uint32_t)p->cfg.n_layer || layer_bytes != 2 * p->half_bytes)
+        return err_set(msg, ERR_INVALID,
+                       "kv block frame: layout %u layers x %u bytes, expected %d x %zu", n_layer,
+                       layer_bytes, p->cfg.n_layer, 2 * p->half_bytes);
+    if (len != kv_prefix_frame_bytes(px))
+        return err_set(msg, ERR_FORMAT, "kv block frame: %zu bytes, expected %zu", len,
+                       kv_prefix_frame_bytes(px));
+    if (XXH3_64bits(d + KV_FRAME_HEADER, p->block_bytes) != get_u64(d + 48))
+        return err_set(msg, ERR_FORMAT, "kv block frame: checksum mismatch (corrupt block)");
+    struct kv_block_id id = kv_block_id_from_bytes(d + 24);
+    if (kv_prefix_lookup(px, &id, NULL)) return 0;
+    int32_t b;
+    if (kv_pool_alloc(p, &b))
+        return err_set(msg, ERR_NO_KV, "kv block frame: no free or evictable block");
+    memcpy(kv_pool_k(p, b, 0), d + KV_FRAME_HEADER, p->block_bytes);
+    struct kv_seq one = {.blocks = &b, .n_blocks = 1, .cap = 1};
+    kv_prefix_commit(px, &one, &id, 0, 1);
+    kv_pool_unref(p, b); /* parks it on the LRU tail */
+    return 0;
 }

@@ -40,6 +40,23 @@
  * (evicted) is appended to an event list the engine drains; a global prefix
  * index across workers is built from these.
  *
+ * Export / import: a cached block travels as one frame - the seam tiers and
+ * prefill->decode transfer build on. All integers little-endian:
+ *
+ *   0   8  magic "INFDKVB1"
+ *   8  16  engine fingerprint          (must equal the importer's)
+ *  24  16  block id                    (kv_block_id_to_bytes)
+ *  40   4  n_layer                     (must equal the importer's)
+ *  44   4  bytes per layer: K then V   (must equal the importer's)
+ *  48   8  XXH3-64 of the payload
+ *  56      payload: n_layer x (K | V), the block exactly as pool.h lays it out
+ *
+ * A frame is external input: import checks every field and the checksum and
+ * refuses with a message naming what was wrong; a corrupt block is a miss,
+ * never wrong output. The id itself cannot be checked against the bytes (it
+ * names the tokens, which the frame does not carry): peers are trusted to
+ * name blocks truthfully, as they are trusted to compute them.
+ *
  * Lifetime: arrays sized for the pool at init, process lifetime. Thread
  * safety: owned by the engine thread, like the pool.
  * Reference: vLLM's automatic prefix caching (hash chains over full blocks,
@@ -122,6 +139,26 @@ bool kv_prefix_lookup(const struct kv_prefix *px, const struct kv_block_id *id, 
 
 /* Moves up to cap pending events to out, oldest first; returns how many. */
 int kv_prefix_take_events(struct kv_prefix *px, struct kv_prefix_event *out, int cap);
+
+/* The 16-byte form of an id used outside the process: hi then lo, each
+ * big-endian. */
+void kv_block_id_to_bytes(const struct kv_block_id *id, uint8_t out[16]);
+struct kv_block_id kv_block_id_from_bytes(const uint8_t in[16]);
+
+#define KV_FRAME_HEADER 56
+
+/* Bytes of one exported block frame. */
+size_t kv_prefix_frame_bytes(const struct kv_prefix *px);
+/* Writes the cached block named id as a frame into buf (cap bytes).
+ * Returns 0, ERR_NOT_FOUND (not cached) or ERR_INVALID (cap too small). */
+int kv_prefix_export(const struct kv_prefix *px, const struct kv_block_id *id, void *buf,
+                     size_t cap);
+/* Enters the block in a frame into the index (on the LRU tail, unreferenced,
+ * as if a sequence had released it), taking a free or evicted block.
+ * Returns 0 (also if the id was cached already), ERR_FORMAT (bad magic,
+ * size or checksum), ERR_INVALID (another fingerprint or layout) or
+ * ERR_NO_KV (every block referenced), with a message. */
+int kv_prefix_import(struct kv_prefix *px, const void *buf, size_t len, struct err_msg *msg);
 
 /* Used by pool.c: a cached block's refcount reached zero -> LRU tail. */
 void kv__prefix_park(struct kv_prefix *px, int32_t block);

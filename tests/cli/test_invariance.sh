@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bit-exact invariance from the command line: a request's tokens and
 # logprobs (exact hex floats) are identical alone or in a crowd, with any
-# prefill chunking, block size and thread count - for every weight type.
+# prefill chunking, block size and thread count - for every weight type; and
+# when later runs of the same request read its prompt from the prefix cache.
 source "$(dirname "$0")/../lib.sh"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 
@@ -23,5 +24,14 @@ for type in f32 f16 bf16 q8_0 q4_0 q4_k q6_k; do
             fail "$type $name"; diff "$work/base" "$work/$name" | head -5 || cat "$work/$name.err"
         fi
     done
+    # Runs 2 and 3 attach 14 blocks of 4 (56 of 60 prompt tokens) from the
+    # prefix cache; run fails if their tokens or logprobs differ from run 1.
+    if run prefix --threads 1 --runs 3 --block 4 --chunk 9 && cmp -s "$work/base" "$work/prefix" \
+        && grep -q "^run 3: prompt: 60 tokens (56 cached).*output identical to run 1" \
+            "$work/prefix.err"; then
+        ok "$type prefix-cache hit"
+    else
+        fail "$type prefix-cache hit"; cat "$work/prefix.err"
+    fi
 done
 finish

@@ -3,8 +3,8 @@
  * chain (parent, tokens, fingerprint and salt all change them, nothing else
  * does), committed blocks are found again and attached by reference, released
  * chains park on the LRU tail block first and are evicted in that order when
- * the free list runs dry, duplicates are not indexed twice, and events name
- * every stored and evicted block.
+ * the free list runs dry, duplicates are not indexed twice, events name
+ * every stored and evicted block, and blocks export and import by id.
  */
 #include "test.h"
 
@@ -196,6 +196,60 @@ TEST(uncached_blocks_still_free_normally)
     kv_seq_release(&p, &a);
     EXPECT_EQ_INT(px.n_lru, 0);
     EXPECT_EQ_INT(p.n_free, 3);
+    done(&p, &px);
+}
+
+TEST(export_import_round_trip)
+{
+    struct kv_pool p, q;
+    struct kv_prefix px, qx;
+    mk(&p, &px, 3, fp_a);
+    mk(&q, &qx, 2, fp_a);
+    int32_t t[4] = {1, 2, 3, 4};
+    struct kv_block_id id = kv_prefix_block_id(&px, NULL, &(struct kv_block_id){0, 0}, t);
+    struct kv_seq a = {0}, b = {0};
+    EXPECT_EQ_INT(kv_seq_reserve(&p, &a, BT), 0);
+    float *k = kv_pool_k(&p, a.blocks[0], 0);
+    for (size_t i = 0; i < p.block_bytes / sizeof(float); i++)
+        k[i] = (float)i * 0.5f;
+    uint8_t frame[KV_FRAME_HEADER + 256], back[KV_FRAME_HEADER + 256];
+    size_t len = kv_prefix_frame_bytes(&px);
+    EXPECT_EQ_INT(len, KV_FRAME_HEADER + p.block_bytes);
+    EXPECT(len <= sizeof(frame));
+    EXPECT_EQ_INT(kv_prefix_export(&px, &id, frame, len), ERR_NOT_FOUND);
+    kv_prefix_commit(&px, &a, &id, 0, 1);
+    EXPECT_EQ_INT(kv_prefix_export(&px, &id, frame, len), 0);
+    struct err_msg msg = {{0}};
+    EXPECT_EQ_INT(kv_prefix_import(&qx, frame, len, &msg), 0);
+    EXPECT_EQ_INT(kv_prefix_import(&qx, frame, len, &msg), 0); /* already there */
+    EXPECT_EQ_INT(qx.n_cached, 1);
+    EXPECT_EQ_INT(qx.n_lru, 1);
+    EXPECT_EQ_INT(kv_prefix_match(&qx, &id, 1, &b), 1);
+    EXPECT(memcmp(kv_pool_k(&q, b.blocks[0], 0), k, p.block_bytes) == 0);
+    EXPECT_EQ_INT(kv_prefix_export(&qx, &id, back, len), 0);
+    EXPECT(memcmp(frame, back, len) == 0);
+    /* Every block of q referenced: a new block has nowhere to go. */
+    struct kv_seq c = {0};
+    EXPECT_EQ_INT(kv_seq_reserve(&q, &c, BT), 0);
+    t[0] = 9;
+    struct kv_block_id id2 = kv_prefix_block_id(&px, NULL, &(struct kv_block_id){0, 0}, t);
+    struct kv_seq a2 = {0};
+    EXPECT_EQ_INT(kv_seq_reserve(&p, &a2, BT), 0);
+    kv_prefix_commit(&px, &a2, &id2, 0, 1);
+    EXPECT_EQ_INT(kv_prefix_export(&px, &id2, frame, len), 0);
+    EXPECT_EQ_INT(kv_prefix_import(&qx, frame, len, &msg), ERR_NO_KV);
+    /* Another fingerprint is refused, naming it. */
+    struct kv_pool r;
+    struct kv_prefix rx;
+    mk(&r, &rx, 2, fp_b);
+    EXPECT_EQ_INT(kv_prefix_import(&rx, frame, len, &msg), ERR_INVALID);
+    EXPECT(strstr(msg.text, "fingerprint") != NULL);
+    done(&r, &rx);
+    kv_seq_release(&p, &a);
+    kv_seq_release(&p, &a2);
+    kv_seq_release(&q, &b);
+    kv_seq_release(&q, &c);
+    done(&q, &qx);
     done(&p, &px);
 }
 
