@@ -902,6 +902,9 @@ static int handle_tokenize(struct server *s, struct evhttp_request *req, bool co
     int rc;
     if (kind == API_MESSAGES) {
         if ((rc = anthropic_count_decode(body ? body : "", len, r, msg))) return rc;
+        if (!model_ok(s, r->model))
+            return err_set(msg, ERR_NOT_FOUND, "model '%s' does not exist; this server serves '%s'",
+                           r->model, s->model_name);
     } else {
         json_t *root;
         if ((rc = api_parse_body(body ? body : "", len, &root, r, msg))) return rc;
