@@ -16,8 +16,8 @@ cleanup() {
 trap cleanup EXIT
 
 "$INFERD_BIN" serve -m "$m" --port 0 --port-file "$work/port" --data-dir "$work/data" \
-    --threads 2 --ctx 1024 --idle-timeout 2 --max-headers 8192 --max-body 65536 \
-    --shutdown-timeout 3 >"$work/log" 2>&1 &
+    --threads 2 --ctx 4096 --idle-timeout 2 --max-headers 8192 --max-body 65536 \
+    --shutdown-timeout 8 >"$work/log" 2>&1 &
 pid=$!
 for _ in $(seq 1 300); do [ -s "$work/port" ] && break; sleep 0.1; done
 port=$(cat "$work/port")
@@ -31,18 +31,18 @@ else
 fi
 
 # Shutdown with streams in flight: SIGTERM while they run. A short one ends
-# with [DONE] within the grace period; a long one (8 x 1000 tokens, well past
-# the 3 s grace) ends
+# with [DONE] within the grace period; a long one (4000 steps, well past the
+# 8 s grace) ends
 # with an error event; either way the stream is well formed and the server
 # exits 0.
 curl -sN "http://127.0.0.1:$port/v1/completions" \
-    -d '{"prompt":"go","max_tokens":8,"stream":true}' >"$work/short" &
+    -d '{"prompt":"go","max_tokens":4,"stream":true}' >"$work/short" &
 c1=$!
 curl -sN "http://127.0.0.1:$port/v1/completions" \
-    -d '{"prompt":"go","max_tokens":1000,"n":8,"stream":true,"logit_bias":{"151645":-100}}' \
+    -d '{"prompt":"go","max_tokens":4000,"n":4,"stream":true,"logit_bias":{"151645":-100}}' \
     >"$work/long" &
 c2=$!
-sleep 0.3
+for _ in $(seq 1 200); do [ -s "$work/long" ] && break; sleep 0.05; done  # streaming began
 kill -TERM "$pid"
 wait "$c1" "$c2" || true
 if wait "$pid"; then ok "exit 0 after SIGTERM with streams in flight"; else fail "exit status"; fi
