@@ -22,6 +22,7 @@
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "model/hf_tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -292,6 +293,16 @@ int maker_make(const struct maker_opts *o, struct maker_result *res, struct err_
     struct hf_tokenizer_opts topts = {.pre = o->pre, .min_tokens = ps->n_vocab};
     if ((rc = hf_tokenizer_load(o->tokenizer_dir, &topts, &tok, msg))) return rc;
     hp.n_vocab = (int)tok.n_tokens;
+    /* Build the tokenizer once: a file whose tokenizer would not load is
+     * refused here, and the merges are written resolved to ids. */
+    struct tokenizer *tk;
+    if ((rc = tokenizer_new_hf_loaded(&tok, &tk, msg))) {
+        hf_tokenizer_release(&tok);
+        return rc;
+    }
+    int32_t *merge_ids;
+    int64_t n_merge_ids = tokenizer_merge_ids(tk, &merge_ids);
+    tokenizer_free(tk);
 
     const char *arch = model_arch_name(hp.arch);
     const char *tname = dtype_info(o->type)->name;
@@ -316,6 +327,10 @@ int maker_make(const struct maker_opts *o, struct maker_result *res, struct err_
     set_arch_f32(w, arch, "rope.freq_base", hp.rope_theta);
     set_arch_u32(w, arch, "rope.dimension_count", (uint32_t)hp.n_rot);
     hf_tokenizer_to_gguf(&tok, w);
+    if (n_merge_ids > 0)
+        gguf_writer_set_arr_i32(w, "tokenizer.inferd.merge_ids", merge_ids,
+                                (uint64_t)(3 * n_merge_ids));
+    free(merge_ids);
 
     struct plan plan = {0};
     build_plan(&hp, &plan);
@@ -396,6 +411,11 @@ int maker_tokenizer_dir(const char *spec, enum model_arch arch, const char *exe_
         {"llama3", "llama3"},
         {"deepseek_v3", "deepseek_v3"},
         {"deepseek-v3", "deepseek_v3"},
+        {"gpt4o", "gpt4o"},
+        {"gpt-4o", "gpt4o"},
+        {"llama2", "llama2"},
+        {"gemma3", "gemma3"},
+        {"mistral_nemo", "mistral_nemo"},
     };
     if (!spec) spec = arch == MODEL_ARCH_LLAMA ? "llama3" : "qwen3";
     const char *package = NULL;
@@ -403,10 +423,12 @@ int maker_tokenizer_dir(const char *spec, enum model_arch arch, const char *exe_
         if (strcmp(spec, packages[i].alias) == 0) package = packages[i].package;
     if (!package || strchr(spec, '/')) {
         if (!is_dir(spec))
-            return err_set(msg, ERR_NOT_FOUND,
-                           "tokenizer directory '%s' does not exist (give a "
-                           "directory with tokenizer.json, or qwen3 | llama3 | deepseek_v3)",
-                           spec);
+            return err_set(
+                msg, ERR_NOT_FOUND,
+                "tokenizer directory '%s' does not exist (give a "
+                "directory with tokenizer.json, or qwen3 | llama3 | deepseek_v3 | gpt4o | "
+                "llama2 | gemma3 | mistral_nemo)",
+                spec);
         snprintf(out, out_size, "%s", spec);
         return 0;
     }

@@ -26,22 +26,24 @@
  *
  * The merge engine applies the lowest-ranked adjacent pair first, leftmost
  * on ties (Hugging Face's order). Pieces up to SMALL_PIECE symbols use a
- * linear scan over a stack array (no allocation; most words are short);
- * longer ones a binary heap over a linked list, O(n log n), so a megabyte
- * of spaces is not quadratic.
+ * linear scan (most words are short); longer ones a binary heap over a
+ * linked list, O(n log n), so a megabyte of spaces is not quadratic. Pieces
+ * up to STACK_PIECE bytes allocate nothing.
  *
  * Threads: any; per-thread PCRE2 match data and JIT stack are created on
- * first use and kept for the thread's life.
+ * first use and freed when the thread exits (a pthread key destructor).
  */
 #include "model/tokenizer/internal.h"
 
 #include "base/check.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
 
-#define SMALL_PIECE 64
+#define SMALL_PIECE 16  /* linear scan up to this many symbols */
+#define STACK_PIECE 256 /* heap merging without allocation up to this many */
 
 /* ---- pre-tokenizer patterns ---- */
 
@@ -117,22 +119,45 @@ int tokenizer__setup_pre(struct tokenizer *t, struct err_msg *msg)
 
 /* ---- per-thread matching state ---- */
 
-static _Thread_local pcre2_match_data *tl_md;
-static _Thread_local pcre2_match_context *tl_mctx;
+/* Match data, match context and JIT stack of one thread; freed by the key's
+ * destructor when the thread exits. */
+struct match_state {
+    pcre2_match_data *md;       /* ovector of one pair: the patterns capture nothing */
+    pcre2_match_context *mctx;  /* carries the JIT stack */
+    pcre2_jit_stack *jit_stack; /* 32 KiB growing to 4 MiB, for long runs */
+};
 
-static pcre2_match_data *match_data(pcre2_match_context **mctx)
+static pthread_key_t match_key;
+static pthread_once_t match_once = PTHREAD_ONCE_INIT;
+
+static void match_state_free(void *p)
 {
-    if (!tl_md) {
-        tl_md = pcre2_match_data_create(1, NULL);
-        tl_mctx = pcre2_match_context_create(NULL);
-        CHECK(tl_md && tl_mctx);
-        /* A larger JIT stack than the 32 KiB default, for long runs. */
-        pcre2_jit_stack *js = pcre2_jit_stack_create(32 << 10, 4 << 20, NULL);
-        CHECK(js);
-        pcre2_jit_stack_assign(tl_mctx, NULL, js);
+    struct match_state *m = p;
+    pcre2_match_data_free(m->md);
+    pcre2_match_context_free(m->mctx);
+    pcre2_jit_stack_free(m->jit_stack);
+    free(m);
+}
+
+static void match_key_init(void)
+{
+    CHECK(pthread_key_create(&match_key, match_state_free) == 0);
+}
+
+static struct match_state *match_state(void)
+{
+    pthread_once(&match_once, match_key_init);
+    struct match_state *m = pthread_getspecific(match_key);
+    if (!m) {
+        m = xmalloc(sizeof(*m));
+        m->md = pcre2_match_data_create(1, NULL);
+        m->mctx = pcre2_match_context_create(NULL);
+        m->jit_stack = pcre2_jit_stack_create(32 << 10, 4 << 20, NULL);
+        CHECK(m->md && m->mctx && m->jit_stack);
+        pcre2_jit_stack_assign(m->mctx, NULL, m->jit_stack);
+        CHECK(pthread_setspecific(match_key, m) == 0);
     }
-    *mctx = tl_mctx;
-    return tl_md;
+    return m;
 }
 
 /* ---- the merge engine ---- */
@@ -236,10 +261,16 @@ static struct heap_ent heap_pop(struct heap_ent *h, size_t *n)
     return top;
 }
 
-static size_t merge_large(const struct tokenizer *t, int32_t *sym, size_t n)
+/* Heap merging. Each merge pops one entry and pushes at most two, and there
+ * are at most n - 1 merges, so the heap never holds more than 2n entries. */
+static size_t merge_heap(const struct tokenizer *t, int32_t *sym, size_t n)
 {
-    int32_t *next = xmalloc(n * sizeof(*next)), *prev = xmalloc(n * sizeof(*prev));
-    struct heap_ent *h = xmalloc(n * sizeof(*h));
+    int32_t next_s[STACK_PIECE], prev_s[STACK_PIECE];
+    struct heap_ent h_s[2 * STACK_PIECE];
+    bool big = n > STACK_PIECE;
+    int32_t *next = big ? xmalloc(n * sizeof(*next)) : next_s;
+    int32_t *prev = big ? xmalloc(n * sizeof(*prev)) : prev_s;
+    struct heap_ent *h = big ? xmalloc(2 * n * sizeof(*h)) : h_s;
     size_t nh = 0;
     for (size_t i = 0; i < n; i++) {
         next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
@@ -260,6 +291,7 @@ static size_t merge_large(const struct tokenizer *t, int32_t *sym, size_t n)
         sym[q] = -1;
         next[p] = next[q];
         if (next[q] >= 0) prev[next[q]] = p;
+        CHECK(nh + 2 <= 2 * n);
         if (prev[p] >= 0 && pair(t, sym[prev[p]], sym[p], &rank, &res))
             heap_push(h, &nh, (struct heap_ent){rank, prev[p], sym[prev[p]], sym[p]});
         if (next[p] >= 0 && pair(t, sym[p], sym[next[p]], &rank, &res))
@@ -268,15 +300,17 @@ static size_t merge_large(const struct tokenizer *t, int32_t *sym, size_t n)
     size_t m = 0;
     for (int32_t i = 0; i >= 0; i = next[i])
         sym[m++] = sym[i];
-    free(next);
-    free(prev);
-    free(h);
+    if (big) {
+        free(next);
+        free(prev);
+        free(h);
+    }
     return m;
 }
 
 static size_t merge(const struct tokenizer *t, int32_t *sym, size_t n)
 {
-    return n <= SMALL_PIECE ? merge_small(t, sym, n) : merge_large(t, sym, n);
+    return n <= SMALL_PIECE ? merge_small(t, sym, n) : merge_heap(t, sym, n);
 }
 
 /* ---- byte-level pieces ---- */
@@ -296,8 +330,8 @@ static void bpe_piece(const struct tokenizer *t, const char *s, size_t n, struct
             return;
         }
     }
-    int32_t small[SMALL_PIECE];
-    int32_t *sym = n <= SMALL_PIECE ? small : xmalloc(n * sizeof(*sym));
+    int32_t small[STACK_PIECE];
+    int32_t *sym = n <= STACK_PIECE ? small : xmalloc(n * sizeof(*sym));
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         int32_t id = t->byte_id[(unsigned char)s[i]];
@@ -359,9 +393,8 @@ static void encode_bytelevel(const struct tokenizer *t, const char *s, size_t n,
             n = strlen(norm);
         }
     }
-    pcre2_match_context *mctx;
-    pcre2_match_data *md = match_data(&mctx);
-    split(t, 0, s, n, md, mctx, out);
+    struct match_state *m = match_state();
+    split(t, 0, s, n, m->md, m->mctx, out);
     free(norm);
 }
 

@@ -113,6 +113,7 @@ struct tokenizer {
     struct tokenizer_vocab_map vocab;  /* model key string -> id (added tokens excluded) */
     struct tokenizer_merge_map merges; /* (left, right) -> rank, merged id */
     bool has_merges;                   /* false: SentencePiece merging by score */
+    int64_t n_merges;                  /* merge ranks 0..n_merges-1 */
     uint32_t *score_rank;              /* (n_vocab) without merges: rank by score, else NULL */
     int32_t byte_id[256];              /* token of a single raw byte (<0xXX> for SPM); -1 */
     uint8_t *whole_ok;                 /* (n_vocab) 0 unknown, 1 BPE(token) == token, 2 not */
@@ -136,12 +137,6 @@ struct tokenizer {
     bool add_eos;        /* TOKENIZER_ADD_SPECIAL appends eos */
     char *chat_template; /* NULL = none */
 };
-
-/* The GPT-2 byte alphabet: byte b is written as code point
- * tokenizer__byte_cp[b]; tokenizer__cp_byte maps code points < 324 back
- * (-1 for code points that stand for no byte). */
-extern const uint16_t tokenizer__byte_cp[256];
-int tokenizer__cp_byte(uint32_t cp);
 
 /* Key string -> id in the model vocabulary, or -1. */
 int32_t tokenizer__lookup(const struct tokenizer *t, const char *s, size_t n);

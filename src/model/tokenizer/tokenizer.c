@@ -33,8 +33,10 @@
 #include "model/hf_tokenizer.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <xxhash.h>
 
 /* Views of everything a tokenizer is built from; nothing here is owned. */
@@ -47,6 +49,7 @@ struct src {
     const float *scores;           /* (n) or NULL */
     int64_t n_merges;              /* entries in merges */
     struct gguf_str *merges;       /* (n_merges) "left right" */
+    const int32_t *merge_ids;      /* (3 * n_merges) left, right, result; NULL = resolve */
     int64_t bos, eos, unk;         /* -1 = none */
     bool add_bos, add_eos;         /* TOKENIZER_ADD_SPECIAL behaviour */
     int add_space_prefix;          /* -1 = unknown (default per kind) */
@@ -58,6 +61,30 @@ struct src {
     const int32_t *added_flags;    /* (n_added) TOKENIZER_ADDED_* */
     struct gguf_str *added_text;   /* (n_added) content as in tokenizer.json */
 };
+
+/* ---- memory ---- */
+
+/* Allocation for the large load-time tables: 2 MiB-aligned and advised as
+ * huge pages, because on virtual machines the page faults of touching
+ * several MiB of fresh 4 KiB pages cost more than filling them. Freed with
+ * free(). */
+static void *big_alloc(size_t n)
+{
+    const size_t huge = 2u << 20;
+    if (n < huge / 2) return xmalloc(MAX(n, 1));
+    size_t rounded = (n + huge - 1) & ~(huge - 1);
+    void *p = NULL;
+    if (posix_memalign(&p, huge, rounded) != 0) return xmalloc(n);
+    madvise(p, rounded, MADV_HUGEPAGE);
+    return p;
+}
+
+static void *big_calloc(size_t n)
+{
+    void *p = big_alloc(n);
+    memset(p, 0, n);
+    return p;
+}
 
 /* ---- hashing ---- */
 
@@ -89,12 +116,15 @@ static void vocab_insert(struct tokenizer *t, int32_t id)
 {
     size_t n;
     const char *s = tokenizer__key(t, id, &n);
-    if (tokenizer__lookup(t, s, n) >= 0) return;
     uint64_t h = XXH3_64bits(s, n);
-    uint64_t i = h & t->vocab.mask;
-    while (t->vocab.slots[i])
-        i = (i + 1) & t->vocab.mask;
-    t->vocab.slots[i] = (h >> 32) << 32 | (uint64_t)(id + 1);
+    uint64_t tag = h >> 32, i = h & t->vocab.mask, e;
+    for (; (e = t->vocab.slots[i]); i = (i + 1) & t->vocab.mask) {
+        if ((e >> 32) != tag) continue;
+        size_t kn;
+        const char *k = tokenizer__key(t, (int32_t)(uint32_t)e - 1, &kn);
+        if (kn == n && memcmp(k, s, n) == 0) return;
+    }
+    t->vocab.slots[i] = tag << 32 | (uint64_t)(id + 1);
 }
 
 static void merge_insert(struct tokenizer *t, int32_t a, int32_t b, uint32_t rank, int32_t result)
@@ -113,7 +143,8 @@ static void merge_insert(struct tokenizer *t, int32_t a, int32_t b, uint32_t ran
 
 /* ---- the GPT-2 byte alphabet ---- */
 
-const uint16_t tokenizer__byte_cp[256] = {
+/* The GPT-2 byte alphabet: byte b is written as code point byte_cp[b]. */
+static const uint16_t byte_cp[256] = {
 #define R8(x) x, x + 1, x + 2, x + 3, x + 4, x + 5, x + 6, x + 7
     /* 0x00-0x20 -> U+0100.. ; 0x21-0x7e themselves ; 0x7f-0xa0 -> U+0121.. ;
      * 0xa1-0xac themselves ; 0xad -> U+0143 ; 0xae-0xff themselves */
@@ -125,21 +156,15 @@ const uint16_t tokenizer__byte_cp[256] = {
 #undef R8
 };
 
-int tokenizer__cp_byte(uint32_t cp)
+static int16_t cp_byte[324]; /* inverse of byte_cp; -1 = no byte */
+static pthread_once_t cp_byte_once = PTHREAD_ONCE_INIT;
+
+static void cp_byte_init(void)
 {
-    static int16_t inv[324];
-    static bool ready;
-    if (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) {
-        /* Idempotent: racing threads write the same table. */
-        int16_t tmp[324];
-        for (int i = 0; i < 324; i++)
-            tmp[i] = -1;
-        for (int b = 0; b < 256; b++)
-            tmp[tokenizer__byte_cp[b]] = (int16_t)b;
-        memcpy(inv, tmp, sizeof(inv));
-        __atomic_store_n(&ready, true, __ATOMIC_RELEASE);
-    }
-    return cp < 324 ? inv[cp] : -1;
+    for (int i = 0; i < 324; i++)
+        cp_byte[i] = -1;
+    for (int b = 0; b < 256; b++)
+        cp_byte[byte_cp[b]] = (int16_t)b;
 }
 
 /* Decodes one UTF-8 code point of s[0..n) (n > 0): its length, or 0 when the
@@ -172,23 +197,29 @@ static size_t utf8_next(const unsigned char *s, size_t n, uint32_t *cp)
     return len;
 }
 
-/* Byte-level entry -> raw bytes, or false if a character is outside the
- * byte alphabet (then the entry stands for itself). */
-static bool unmap_bytes(const char *s, size_t n, struct buf *out)
+/* Byte-level entry s[0..n) -> raw bytes at dst (room for n): their count,
+ * or -1 if a character is outside the byte alphabet (then the entry stands
+ * for itself). Every character of the alphabet is printable ASCII (itself)
+ * or a two-byte sequence (U+00A1..U+0143). */
+static long unmap_bytes(const char *s, size_t n, char *dst)
 {
-    size_t start = out->len;
+    pthread_once(&cp_byte_once, cp_byte_init);
+    const unsigned char *u = (const unsigned char *)s;
+    size_t o = 0;
     for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        size_t l = utf8_next((const unsigned char *)s + i, n - i, &cp);
-        int b = l ? tokenizer__cp_byte(cp) : -1;
-        if (b < 0) {
-            out->len = start;
-            return false;
+        unsigned c = u[i];
+        if (c >= 0x21 && c <= 0x7e) {
+            dst[o++] = (char)c;
+            i++;
+            continue;
         }
-        buf_putc(out, (char)b);
-        i += l;
+        if ((c & 0xe0) != 0xc0 || i + 1 >= n || (u[i + 1] & 0xc0) != 0x80) return -1;
+        unsigned cp = (c & 0x1f) << 6 | (u[i + 1] & 0x3f);
+        if (cp < 0x80 || cp >= 324 || cp_byte[cp] < 0) return -1;
+        dst[o++] = (char)cp_byte[cp];
+        i += 2;
     }
-    return true;
+    return (long)o;
 }
 
 static bool is_byte_text(const char *s, size_t n, int *byte)
@@ -208,18 +239,20 @@ static bool is_byte_text(const char *s, size_t n, int *byte)
     return true;
 }
 
-/* Appends s with every `from` replaced by `to`. */
-static void put_replaced(struct buf *out, const char *s, size_t n, const char *from, const char *to)
+/* Writes s with every `from` replaced by `to` at dst; returns the length. */
+static size_t put_replaced(char *dst, const char *s, size_t n, const char *from, const char *to)
 {
-    size_t nf = strlen(from), nt = strlen(to);
+    size_t nf = strlen(from), nt = strlen(to), o = 0;
     for (size_t i = 0; i < n;) {
         if (i + nf <= n && memcmp(s + i, from, nf) == 0) {
-            buf_append(out, to, nt);
+            memcpy(dst + o, to, nt);
+            o += nt;
             i += nf;
         } else {
-            buf_putc(out, s[i++]);
+            dst[o++] = s[i++];
         }
     }
+    return o;
 }
 
 /* Known end-of-generation markers beyond eos (llama.cpp's list). */
@@ -288,8 +321,9 @@ static int build_added(struct tokenizer *t, const struct src *s, struct err_msg 
         a->off = (uint32_t)blob.len;
         /* SentencePiece normalizes spaces to U+2581: a normalized added
          * token written with U+2581 matches raw text with spaces. */
+        buf_reserve(&blob, len);
         if (t->kind == TOKENIZER_KIND_SPM && (flags & TOKENIZER_ADDED_NORMALIZED))
-            put_replaced(&blob, text, len, "\xe2\x96\x81", " ");
+            blob.len += put_replaced(blob.data + blob.len, text, len, "\xe2\x96\x81", " ");
         else
             buf_append(&blob, text, len);
         a->len = (uint32_t)(blob.len - a->off);
@@ -320,6 +354,7 @@ static int cmp_score(const void *pa, const void *pb, void *scores)
 static int build_merges(struct tokenizer *t, const struct src *s, struct err_msg *msg)
 {
     t->has_merges = s->n_merges > 0;
+    t->n_merges = s->n_merges;
     if (!t->has_merges) {
         if (t->kind == TOKENIZER_KIND_BPE)
             return err_set(msg, ERR_FORMAT, "tokenizer.ggml.merges: missing (required by gpt2)");
@@ -338,42 +373,63 @@ static int build_merges(struct tokenizer *t, const struct src *s, struct err_msg
         return 0;
     }
     uint64_t cap = ceil_pow2((uint64_t)s->n_merges * 2 + 16);
-    t->merges.slots = xmalloc(cap * sizeof(*t->merges.slots));
+    t->merges.slots = big_alloc(cap * sizeof(*t->merges.slots));
     for (uint64_t i = 0; i < cap; i++)
         t->merges.slots[i].key = UINT64_MAX;
     t->merges.mask = cap - 1;
-    struct buf a = {0}, b = {0};
+    if (s->merge_ids) {
+        /* Resolved by the model maker: no string work at all. */
+        for (int64_t r = 0; r < s->n_merges; r++) {
+            const int32_t *m = &s->merge_ids[3 * r];
+            if (m[0] < 0 && m[1] < 0 && m[2] < 0) continue; /* a merge that never applies */
+            if (m[0] < 0 || m[1] < 0 || m[2] < 0 || m[0] >= t->n_vocab || m[1] >= t->n_vocab ||
+                m[2] >= t->n_vocab)
+                return err_set(msg, ERR_FORMAT,
+                               "tokenizer.inferd.merge_ids[%lld]: ids %d %d -> %d are not tokens",
+                               (long long)r, m[0], m[1], m[2]);
+            merge_insert(t, m[0], m[1], (uint32_t)r, m[2]);
+        }
+        return 0;
+    }
+    char stack[512];
+    char *tmp = stack;
+    size_t tmp_cap = sizeof(stack);
     for (int64_t r = 0; r < s->n_merges; r++) {
         const char *m = s->merges[r].ptr;
         size_t n = s->merges[r].len;
         const char *sp = memchr(m, ' ', n);
         if (!sp || sp == m || sp + 1 == m + n) {
-            buf_release(&a);
-            buf_release(&b);
+            if (tmp != stack) free(tmp);
             return err_set(msg, ERR_FORMAT,
                            "tokenizer.ggml.merges[%lld]: expected \"left right\", got '%.*s'",
                            (long long)r, (int)MIN(n, 64), m);
         }
-        buf_clear(&a);
-        buf_clear(&b);
-        size_t la = (size_t)(sp - m), lb = n - la - 1;
-        if (t->kind == TOKENIZER_KIND_BPE) {
-            if (!unmap_bytes(m, la, &a) || !unmap_bytes(sp + 1, lb, &b)) continue;
-        } else {
-            buf_append(&a, m, la);
-            buf_append(&b, sp + 1, lb);
+        if (n > tmp_cap) {
+            if (tmp != stack) free(tmp);
+            tmp_cap = n * 2;
+            tmp = xmalloc(tmp_cap);
         }
-        int32_t ia = tokenizer__lookup(t, a.data, a.len);
-        int32_t ib = tokenizer__lookup(t, b.data, b.len);
-        buf_append(&a, b.data, b.len);
-        int32_t ir = tokenizer__lookup(t, a.data, a.len);
+        size_t la = (size_t)(sp - m), lb = n - la - 1;
+        long ua = (long)la, ub = (long)lb;
+        if (t->kind == TOKENIZER_KIND_BPE) {
+            /* Left and right unmapped back to back: tmp[0..ua+ub) is the
+             * merged token's key. */
+            ua = unmap_bytes(m, la, tmp);
+            ub = ua < 0 ? -1 : unmap_bytes(sp + 1, lb, tmp + ua);
+            if (ub < 0) continue;
+        } else {
+            memcpy(tmp, m, la);
+            memcpy(tmp + la, sp + 1, lb);
+        }
+        int32_t ia = tokenizer__lookup(t, tmp, (size_t)ua);
+        int32_t ib = tokenizer__lookup(t, tmp + ua, (size_t)ub);
+        int32_t ir = tokenizer__lookup(t, tmp, (size_t)(ua + ub));
         /* Hugging Face refuses a merge whose parts or result are not in the
          * vocabulary; such a merge can never apply, so it is dropped. */
         if (ia < 0 || ib < 0 || ir < 0) continue;
         merge_insert(t, ia, ib, (uint32_t)r, ir);
     }
-    buf_release(&a);
-    buf_release(&b);
+    if (tmp != stack) free(tmp);
     return 0;
 }
 
@@ -383,10 +439,10 @@ static void set_attrs(struct tokenizer *t, const struct src *s)
         /* Without the added-token keys, control tokens are the special ones. */
         if (s->n_added < 0 && t->types[i] == TOKENIZER_TYPE_CONTROL)
             t->attr[i] |= TOKENIZER_ATTR_SPECIAL;
+        if (t->types[i] == TOKENIZER_TYPE_NORMAL) continue;
         const char *text = t->text_blob + t->text_off[i];
         for (size_t k = 0; k < ARRAY_LEN(eog_texts); k++)
-            if (strcmp(text, eog_texts[k]) == 0 && t->types[i] != TOKENIZER_TYPE_NORMAL)
-                t->attr[i] |= TOKENIZER_ATTR_EOG;
+            if (strcmp(text, eog_texts[k]) == 0) t->attr[i] |= TOKENIZER_ATTR_EOG;
     }
     if (t->eos >= 0) t->attr[t->eos] |= TOKENIZER_ATTR_EOG;
 }
@@ -445,11 +501,23 @@ static int build(const struct src *s, struct tokenizer **out, struct err_msg *ms
         t->types[i] = ty;
     }
 
-    /* Texts, decoded bytes and keys, each in one blob. */
-    struct buf text = {0}, bytes = {0}, key = {0};
-    t->text_off = xmalloc((n + 1) * sizeof(uint32_t));
-    t->bytes_off = xmalloc((n + 1) * sizeof(uint32_t));
-    t->key_off = xmalloc((n + 1) * sizeof(uint32_t));
+    /* Texts, decoded bytes and keys, each in one blob, sized for the worst
+     * case first (bytes never outgrow the text; a SentencePiece key can
+     * triple where spaces become U+2581). */
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += s->tokens[i].len + 1;
+    if (total > UINT32_MAX / 3) {
+        rc = err_set(msg, ERR_FORMAT, "tokenizer.ggml.tokens: more than 1 GiB of text");
+        goto err;
+    }
+    t->text_off = big_alloc((n + 1) * sizeof(uint32_t));
+    t->bytes_off = big_alloc((n + 1) * sizeof(uint32_t));
+    t->key_off = big_alloc((n + 1) * sizeof(uint32_t));
+    t->text_blob = big_alloc(total + 1);
+    t->bytes_blob = big_alloc(total + 1);
+    t->key_blob = big_alloc(3 * total + 1);
+    char *text = t->text_blob, *bytes = t->bytes_blob, *key = t->key_blob;
     for (int i = 0; i < 256; i++)
         t->byte_id[i] = -1;
     for (size_t i = 0; i < n; i++) {
@@ -457,45 +525,47 @@ static int build(const struct src *s, struct tokenizer **out, struct err_msg *ms
         size_t len = s->tokens[i].len;
         int32_t ty = t->types[i];
         bool added = ty == TOKENIZER_TYPE_CONTROL || ty == TOKENIZER_TYPE_USER_DEFINED;
-        if (text.len + len + 1 > UINT32_MAX) {
-            buf_release(&text), buf_release(&bytes), buf_release(&key);
-            rc = err_set(msg, ERR_FORMAT, "tokenizer.ggml.tokens: more than 4 GiB of text");
-            goto err;
-        }
-        t->text_off[i] = (uint32_t)text.len;
-        buf_append(&text, p, len);
-        buf_putc(&text, 0);
-        t->bytes_off[i] = (uint32_t)bytes.len;
-        t->key_off[i] = (uint32_t)key.len;
+        t->text_off[i] = (uint32_t)(text - t->text_blob);
+        memcpy(text, p, len);
+        text[len] = 0;
+        text += len + 1;
+        t->bytes_off[i] = (uint32_t)(bytes - t->bytes_blob);
+        t->key_off[i] = (uint32_t)(key - t->key_blob);
         int byte;
         if (kind == TOKENIZER_KIND_BPE) {
-            if (added || !unmap_bytes(p, len, &bytes)) buf_append(&bytes, p, len);
-            buf_append(&key, bytes.data + t->bytes_off[i], bytes.len - t->bytes_off[i]);
+            long got = added ? -1 : unmap_bytes(p, len, bytes);
+            if (got < 0) {
+                memcpy(bytes, p, len);
+                got = (long)len;
+            }
+            memcpy(key, bytes, (size_t)got);
+            bytes += got;
+            key += got;
         } else if (ty == TOKENIZER_TYPE_BYTE && is_byte_text(p, len, &byte)) {
-            buf_putc(&bytes, (char)byte);
-            buf_append(&key, p, len);
+            *bytes++ = (char)byte;
+            memcpy(key, p, len);
+            key += len;
             if (t->byte_id[byte] < 0) t->byte_id[byte] = (int32_t)i;
         } else {
-            put_replaced(&bytes, p, len, "\xe2\x96\x81", " ");
-            if (ty == TOKENIZER_TYPE_USER_DEFINED)
-                put_replaced(&key, p, len, " ", "\xe2\x96\x81");
-            else
-                buf_append(&key, p, len);
+            bytes += put_replaced(bytes, p, len, "\xe2\x96\x81", " ");
+            if (ty == TOKENIZER_TYPE_USER_DEFINED) {
+                key += put_replaced(key, p, len, " ", "\xe2\x96\x81");
+            } else {
+                memcpy(key, p, len);
+                key += len;
+            }
         }
     }
-    t->text_off[n] = (uint32_t)text.len;
-    t->bytes_off[n] = (uint32_t)bytes.len;
-    t->key_off[n] = (uint32_t)key.len;
-    buf_putc(&bytes, 0);
-    buf_putc(&key, 0);
-    t->text_blob = text.data;
-    t->bytes_blob = bytes.data;
-    t->key_blob = key.data;
+    t->text_off[n] = (uint32_t)(text - t->text_blob);
+    t->bytes_off[n] = (uint32_t)(bytes - t->bytes_blob);
+    t->key_off[n] = (uint32_t)(key - t->key_blob);
+    *bytes = 0;
+    *key = 0;
 
     /* Model vocabulary: every token but control ones, which only the added
      * token matcher produces. */
     uint64_t cap = ceil_pow2(n * 2 + 16);
-    t->vocab.slots = xcalloc(cap, sizeof(*t->vocab.slots));
+    t->vocab.slots = big_calloc(cap * sizeof(*t->vocab.slots));
     t->vocab.mask = cap - 1;
     for (size_t i = 0; i < n; i++)
         if (t->types[i] != TOKENIZER_TYPE_CONTROL) vocab_insert(t, (int32_t)i);
@@ -567,7 +637,7 @@ static int gguf_strs(const struct gguf_file *f, const char *key, bool required,
         return err_set(msg, ERR_FORMAT, "%s: %llu entries is too many", key,
                        (unsigned long long)cnt);
     int64_t ki = gguf_find_key(f, key);
-    *out = xmalloc((size_t)MAX(cnt, 1) * sizeof(**out));
+    *out = big_alloc((size_t)MAX(cnt, 1) * sizeof(**out));
     for (uint64_t i = 0; i < cnt; i++)
         (*out)[i] = gguf_arr_str_at(f, ki, i);
     *n = (int64_t)cnt;
@@ -588,7 +658,7 @@ static int gguf_arr4(const struct gguf_file *f, const char *key, enum gguf_vtype
     if (et != want || cnt != (uint64_t)n)
         return err_set(msg, ERR_FORMAT, "%s: expected %lld elements of type %d, got %llu of %d",
                        key, (long long)n, (int)want, (unsigned long long)cnt, (int)et);
-    *out = xmalloc((size_t)MAX(n, 1) * 4);
+    *out = big_alloc((size_t)MAX(n, 1) * 4);
     memcpy(*out, data, (size_t)n * 4);
     return 0;
 }
@@ -637,7 +707,7 @@ int tokenizer_new_gguf(const struct gguf_file *f, struct tokenizer **out, struct
     *out = NULL;
     struct src s = {.bos = -1, .eos = -1, .unk = -1, .n_added = -1};
     char *model = NULL, *pre = NULL;
-    int32_t *types = NULL, *added_ids = NULL, *added_flags = NULL;
+    int32_t *types = NULL, *added_ids = NULL, *added_flags = NULL, *merge_ids = NULL;
     float *scores = NULL;
     int64_t n_added_text = 0, n_added = 0;
     int rc;
@@ -663,6 +733,10 @@ int tokenizer_new_gguf(const struct gguf_file *f, struct tokenizer **out, struct
         goto done;
     s.types = types;
     s.scores = scores;
+    if ((rc = gguf_arr4(f, "tokenizer.inferd.merge_ids", GGUF_VTYPE_INT32, 3 * s.n_merges,
+                        (void **)&merge_ids, msg)))
+        goto done;
+    s.merge_ids = merge_ids;
     int add_bos, add_eos;
     if ((rc = gguf_opt_bool(f, "tokenizer.ggml.add_bos_token", &add_bos, msg)) ||
         (rc = gguf_opt_bool(f, "tokenizer.ggml.add_eos_token", &add_eos, msg)) ||
@@ -712,6 +786,7 @@ done:
     free(scores);
     free(added_ids);
     free(added_flags);
+    free(merge_ids);
     return rc;
 }
 
@@ -722,47 +797,72 @@ static struct gguf_str view(const char *s)
     return (struct gguf_str){s, s ? strlen(s) : 0};
 }
 
+int tokenizer_new_hf_loaded(const struct hf_tokenizer *h, struct tokenizer **out,
+                            struct err_msg *msg)
+{
+    *out = NULL;
+    struct src s = {
+        .model = h->model,
+        .pre = h->pre,
+        .n = h->n_tokens,
+        .types = h->types,
+        .scores = h->scores,
+        .n_merges = h->n_merges,
+        .bos = h->bos_id,
+        .eos = h->eos_id,
+        .unk = h->unk_id,
+        .add_bos = h->add_bos,
+        .add_eos = h->add_eos,
+        .add_space_prefix = h->add_space_prefix,
+        .nfc = h->nfc,
+        .ignore_merges = h->ignore_merges,
+        .chat_template = view(h->chat_template),
+        .n_added = h->n_added,
+        .added_ids = h->added_ids,
+        .added_flags = h->added_flags,
+    };
+    s.tokens = xmalloc((size_t)MAX(h->n_tokens, 1) * sizeof(*s.tokens));
+    for (int64_t i = 0; i < h->n_tokens; i++)
+        s.tokens[i] = view(h->tokens[i]);
+    s.merges = xmalloc((size_t)MAX(h->n_merges, 1) * sizeof(*s.merges));
+    for (int64_t i = 0; i < h->n_merges; i++)
+        s.merges[i] = view(h->merges[i]);
+    s.added_text = xmalloc((size_t)MAX(h->n_added, 1) * sizeof(*s.added_text));
+    for (int64_t i = 0; i < h->n_added; i++)
+        s.added_text[i] = view(h->added_text[i]);
+    int rc = build(&s, out, msg);
+    free(s.tokens);
+    free(s.merges);
+    free(s.added_text);
+    return rc;
+}
+
 int tokenizer_new_hf(const char *dir, struct tokenizer **out, struct err_msg *msg)
 {
     *out = NULL;
     struct hf_tokenizer h;
     int rc = hf_tokenizer_load(dir, NULL, &h, msg);
     if (rc) return rc;
-    struct src s = {
-        .model = h.model,
-        .pre = h.pre,
-        .n = h.n_tokens,
-        .types = h.types,
-        .scores = h.scores,
-        .n_merges = h.n_merges,
-        .bos = h.bos_id,
-        .eos = h.eos_id,
-        .unk = h.unk_id,
-        .add_bos = h.add_bos,
-        .add_eos = h.add_eos,
-        .add_space_prefix = h.add_space_prefix,
-        .nfc = h.nfc,
-        .ignore_merges = h.ignore_merges,
-        .chat_template = view(h.chat_template),
-        .n_added = h.n_added,
-        .added_ids = h.added_ids,
-        .added_flags = h.added_flags,
-    };
-    s.tokens = xmalloc((size_t)h.n_tokens * sizeof(*s.tokens));
-    for (int64_t i = 0; i < h.n_tokens; i++)
-        s.tokens[i] = view(h.tokens[i]);
-    s.merges = xmalloc((size_t)MAX(h.n_merges, 1) * sizeof(*s.merges));
-    for (int64_t i = 0; i < h.n_merges; i++)
-        s.merges[i] = view(h.merges[i]);
-    s.added_text = xmalloc((size_t)MAX(h.n_added, 1) * sizeof(*s.added_text));
-    for (int64_t i = 0; i < h.n_added; i++)
-        s.added_text[i] = view(h.added_text[i]);
-    rc = build(&s, out, msg);
-    free(s.tokens);
-    free(s.merges);
-    free(s.added_text);
+    rc = tokenizer_new_hf_loaded(&h, out, msg);
     hf_tokenizer_release(&h);
     return rc;
+}
+
+int64_t tokenizer_merge_ids(const struct tokenizer *t, int32_t **out)
+{
+    int32_t *m = xmalloc((size_t)MAX(t->n_merges, 1) * 3 * sizeof(*m));
+    for (int64_t i = 0; i < 3 * t->n_merges; i++)
+        m[i] = -1;
+    if (t->has_merges)
+        for (uint64_t i = 0; i <= t->merges.mask; i++) {
+            const struct tokenizer_merge_slot *s = &t->merges.slots[i];
+            if (s->key == UINT64_MAX) continue;
+            m[3 * s->rank] = (int32_t)(s->key >> 32);
+            m[3 * s->rank + 1] = (int32_t)(uint32_t)s->key;
+            m[3 * s->rank + 2] = s->result;
+        }
+    *out = m;
+    return t->n_merges;
 }
 
 /* ---- accessors ---- */

@@ -16,6 +16,35 @@
  *
  * Encoding never fails on text: invalid UTF-8 is handled as Hugging Face's
  * tokenizers handle it (byte-level models encode the raw bytes).
+ * Hugging Face strings cannot hold invalid UTF-8, so the rule for it is
+ * ours: bytes that are not valid UTF-8 never match a split regex, so each
+ * run of them is a pre-token of its own, encoded byte by byte (SentencePiece:
+ * <0xXX> byte fallback); the valid text around them tokenizes as if they
+ * were not there.
+ *
+ * Added tokens (specials and user-defined) are matched on the raw text
+ * before anything else, leftmost and longest first, with their lstrip /
+ * rstrip / single_word flags. Control tokens match only with
+ * TOKENIZER_PARSE_SPECIAL (off by default: user text never injects them);
+ * user-defined ones always match. GGUF keeps no record of those flags nor of
+ * the NFC normalizer or llama3's ignore_merges, so the model maker stores
+ * them in tokenizer.inferd.* keys (model/hf_tokenizer.h) together with the
+ * merges resolved to ids; files without these keys load with llama.cpp's
+ * defaults (every CONTROL / USER_DEFINED token is an added token, control
+ * ones special, no flags; NFC for "qwen2"; ignore_merges for "llama-bpe"
+ * and "tekken").
+ *
+ * Known differences from Hugging Face: none found on the differential tests
+ * (tests/diff). By construction: \s in split regexes is Unicode White_Space
+ * as in Hugging Face's regex engines (the JavaScript port used as the test
+ * oracle differs on U+0085 and U+FEFF, which the tests leave out); character
+ * classes follow PCRE2's Unicode tables (14.0 for PCRE2 10.42), so letters
+ * added to Unicode later are not letters here; decoding does not apply
+ * clean_up_tokenization_spaces (neither does llama.cpp). Not supported:
+ * Metaspace's prepend_scheme "first" (a U+2581 is prepended to every
+ * section between added tokens, as the Prepend normalizer does), Unigram
+ * and WordPiece models; a GGUF "gpt2" file whose pre-tokenizer is missing
+ * or "default" gets the GPT-2 split.
  *
  * Decoding: tokenizer_decode turns a whole id sequence into text; the stream
  * API turns one id at a time into text and never emits half a UTF-8
@@ -53,7 +82,19 @@ int tokenizer_new_gguf(const struct gguf_file *f, struct tokenizer **out, struct
 /* Loads from dir/tokenizer.json + dir/tokenizer_config.json. */
 int tokenizer_new_hf(const char *dir, struct tokenizer **out, struct err_msg *msg);
 
+/* Builds from an already loaded tokenizer.json (model/hf_tokenizer.h); the
+ * model maker uses it to check and resolve what it writes. */
+struct hf_tokenizer;
+int tokenizer_new_hf_loaded(const struct hf_tokenizer *h, struct tokenizer **out,
+                            struct err_msg *msg);
+
 void tokenizer_free(struct tokenizer *t);
+
+/* The merges resolved to token ids, in rank order: (3 * n) int32 left,
+ * right, result, or -1 -1 -1 for a merge that can never apply; returns n.
+ * *out is heap memory the caller frees. Written by the model maker as
+ * tokenizer.inferd.merge_ids, so loading needs no string lookups. */
+int64_t tokenizer_merge_ids(const struct tokenizer *t, int32_t **out);
 
 int32_t tokenizer_n_vocab(const struct tokenizer *t);
 int32_t tokenizer_bos(const struct tokenizer *t); /* -1 = none */
