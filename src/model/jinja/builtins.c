@@ -522,8 +522,10 @@ static bool parse_number(const char *s, size_t n, bool want_int, int64_t *i, dou
         n--;
     if (!n || n >= sizeof(tmp)) return false;
     size_t k = 0;
-    for (size_t j = 0; j < n; j++)
+    for (size_t j = 0; j < n; j++) {
+        if (s[j] == 'x' || s[j] == 'X' || s[j] == 'p' || s[j] == 'P') return false; /* no hex */
         if (s[j] != '_') tmp[k++] = s[j];
+    }
     tmp[k] = 0;
     char *end;
     if (want_int) {
