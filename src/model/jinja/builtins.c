@@ -960,7 +960,7 @@ static int find_test(struct render *r, const struct node *n, const struct jv *na
 static struct call_args shift_args(const struct call_args *a, uint32_t k)
 {
     struct call_args s = *a;
-    s.pos = a->pos + MIN(k, a->n_pos);
+    s.pos = a->n_pos > k ? a->pos + k : NULL;
     s.n_pos = a->n_pos > k ? a->n_pos - k : 0;
     return s;
 }
