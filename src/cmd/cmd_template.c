@@ -10,7 +10,8 @@
  * --messages FILE holds a JSON array of messages, or an object with
  * "messages" (and optionally "tools"). Two modes for tests and tuning:
  *   --batch FILE   JSONL, one case per line: {"messages": [...], "tools":
- *                  [...], "add_generation_prompt": bool, "kwargs": {...}};
+ *                  [...], "add_generation_prompt": bool, "kwargs": {...},
+ *                  optionally "template": "..." to use instead of the given one};
  *                  prints one JSON line per case: {"text": "..."} or
  *                  {"error": "..."} (what the differential tests read);
  *   --bench N      renders the chat N times, prints the mean time per render.
@@ -159,9 +160,16 @@ static int run_batch(const struct chat_template *ct, const char *path)
             json_t *gp = json_object_get(c, "add_generation_prompt");
             struct err_msg msg = {{0}};
             buf_clear(&out);
-            int rc = chat_template_apply(ct, json_object_get(c, "messages"),
+            /* A case may bring its own template (language tests). */
+            const char *own = json_string_value(json_object_get(c, "template"));
+            struct chat_template *use = (struct chat_template *)ct;
+            int rc = 0;
+            if (own) rc = chat_template_new(own, "", "", &use, &msg);
+            if (!rc)
+                rc = chat_template_apply(use, json_object_get(c, "messages"),
                                          json_object_get(c, "tools"), gp ? json_is_true(gp) : true,
                                          json_object_get(c, "kwargs"), &out, &msg);
+            if (own && use != ct) chat_template_free(use);
             if (rc)
                 json_object_set_new(res, "error", json_string(msg.text));
             else
