@@ -485,6 +485,12 @@ TEST(chat_template_context)
               "{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1}\"}}]}]",
               NULL, false, NULL),
         "<s><assistant>{\"x\": 1}");
+    /* content null: "" unless the template tests content against none. */
+    EXPECT_STR(apply(tpl, "[{\"role\": \"assistant\", \"content\": null}]", NULL, false, NULL),
+               "<s><assistant>");
+    EXPECT_STR(apply("{% for m in messages %}{{ m.content is none }}{% endfor %}",
+                     "[{\"role\": \"assistant\", \"content\": null}]", NULL, false, NULL),
+               "True");
     /* A template that pastes arguments as text gets text, objects serialized. */
     const char *ds = "{% for m in messages %}{% for c in m.tool_calls %}{{ 'A:' + "
                      "c['function']['arguments'] + ';' }}{% endfor %}{% endfor %}";
