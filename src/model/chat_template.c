@@ -17,7 +17,11 @@
  *     object it encodes (the templates apply tojson to it), except for
  *     templates that paste the arguments into the prompt as text with '+'
  *     (DeepSeek-V3's), which get a string: objects there are serialized as
- *     Python's json.dumps would.
+ *     Python's json.dumps would;
+ *   - "content": null (OpenAI's assistant turn that only calls tools)
+ *     becomes "", except for templates that test content against none
+ *     themselves (DeepSeek-V3's): elsewhere None would print as "None" or
+ *     fail a string method.
  *
  * Thread safety: the struct is immutable after chat_template_new; every
  * apply builds its own context and render state.
@@ -38,7 +42,19 @@ struct chat_template {
     json_t *bos;              /* JSON string: bos_token */
     json_t *eos;              /* JSON string: eos_token */
     bool args_as_text;        /* template concatenates function.arguments as a string */
+    bool null_content;        /* template tests content against none: keep null */
 };
+
+/* Does the template compare message content with none itself? */
+static bool tests_content_none(const char *src)
+{
+    static const char *const pats[] = {"content'] is none",      "content\"] is none",
+                                       "content is none",        "content'] is not none",
+                                       "content\"] is not none", "content is not none"};
+    for (size_t i = 0; i < ARRAY_LEN(pats); i++)
+        if (strstr(src, pats[i])) return true;
+    return false;
+}
 
 /* Does the template use arguments as text ("... arguments'] + ...")? */
 static bool uses_arguments_as_text(const char *src)
@@ -67,6 +83,7 @@ int chat_template_new(const char *src, const char *bos_text, const char *eos_tex
         return err_set(msg, ERR_INVALID, "chat template: bos/eos token text is not valid UTF-8");
     }
     ct->args_as_text = uses_arguments_as_text(src);
+    ct->null_content = tests_content_none(src);
     *out = ct;
     return 0;
 }
@@ -193,6 +210,7 @@ static json_t *prepare_messages(const struct chat_template *ct, const json_t *me
         json_t *calls = json_object_get(m, "tool_calls");
         json_t *new_content = NULL, *new_calls = NULL;
         if (content && json_is_array(content)) new_content = joined_text(content);
+        if (content && json_is_null(content) && !ct->null_content) new_content = json_string("");
         if (calls && !json_is_null(calls)) {
             if (!json_is_array(calls)) {
                 *rc = err_set(msg, ERR_INVALID, "messages[%zu].tool_calls: expected an array", i);

@@ -14,7 +14,8 @@
 // The render context mirrors chat_template_apply: messages with
 // tool_calls[].function.arguments parsed from JSON strings (kept as text,
 // or serialized, for templates that concatenate them), content arrays of
-// text parts joined with "\n", tools only when given, bos_token / eos_token
+// text parts joined with "\n", content null made "" unless the template
+// tests content against none, tools only when given, bos_token / eos_token
 // from tokenizer_config.json, then kwargs.
 //
 // Cases avoid the places where the oracle departs from Python's Jinja2
@@ -57,6 +58,7 @@ if (typeof source !== 'string') {
 }
 const bos = tokenText(cfg.bos_token), eos = tokenText(cfg.eos_token);
 const argsAsText = /\[['"]arguments['"]\] ?\+|\.arguments ?\+/.test(source);
+const nullContentOk = /content(['"]\])? is (not )?none/.test(source);
 const oracle = new Template(source);
 
 // ---- seeded generator ----
@@ -192,7 +194,8 @@ function handCases() {
       { name: 'reasoning in content', messages: [{ role: 'user', content: 'q' }, { role: 'assistant', content: '<think>\nstep 1\n</think>\n\nanswer' }] },
       { name: 'reasoning_content field', messages: [{ role: 'user', content: 'q' }, { role: 'assistant', content: 'answer', reasoning_content: 'because' }] },
       { name: 'tool response as user text', messages: [{ role: 'user', content: 'q #1' }, { role: 'assistant', content: 'a' }, { role: 'user', content: '<tool_response>\nx\n</tool_response>' }] },
-      { name: 'content none is an error', error: true, messages: [{ role: 'user', content: 'q' }, { role: 'assistant', content: null }] },
+      { name: 'tool call with null content', tools: [W], messages: [{ role: 'user', content: 'q' },
+        { role: 'assistant', content: null, tool_calls: [call('abcDEF123', { city: 'Rome' })] }] },
     );
   }
   if (family === 'gemma3') {
@@ -232,6 +235,7 @@ function handCases() {
 function prepare(c) {
   const messages = c.messages.map((m) => {
     const o = { ...m };
+    if (o.content === null && !nullContentOk) o.content = '';
     if (Array.isArray(o.content) && o.content.every((p) => p.type === 'text' && typeof p.text === 'string')) {
       o.content = o.content.map((p) => p.text).join('\n');
     }

@@ -522,8 +522,10 @@ static bool parse_number(const char *s, size_t n, bool want_int, int64_t *i, dou
         n--;
     if (!n || n >= sizeof(tmp)) return false;
     size_t k = 0;
-    for (size_t j = 0; j < n; j++)
+    for (size_t j = 0; j < n; j++) {
+        if (s[j] == 'x' || s[j] == 'X' || s[j] == 'p' || s[j] == 'P') return false; /* no hex */
         if (s[j] != '_') tmp[k++] = s[j];
+    }
     tmp[k] = 0;
     char *end;
     if (want_int) {
@@ -953,13 +955,12 @@ static struct jv f_center(struct render *r, const struct node *n, struct jv v, s
 }
 
 /* select / reject / selectattr / rejectattr / map: item-wise with a named test or filter. */
-static bool run_test(struct render *r, const struct node *n, const struct jv *name, struct jv item,
-                     struct call_args *rest);
+static int find_test(struct render *r, const struct node *n, const struct jv *name);
 
 static struct call_args shift_args(const struct call_args *a, uint32_t k)
 {
     struct call_args s = *a;
-    s.pos = a->pos + MIN(k, a->n_pos);
+    s.pos = a->n_pos > k ? a->pos + k : NULL;
     s.n_pos = a->n_pos > k ? a->n_pos - k : 0;
     return s;
 }
@@ -975,6 +976,7 @@ static struct jv select_impl(struct render *r, const struct node *n, struct jv v
         k = 1;
     }
     const struct jv *test = a->n_pos > k ? &a->pos[k] : NULL;
+    int tid = test ? find_test(r, n, test) : -1;
     struct call_args rest = shift_args(a, k + 1);
     rest.n_kw = 0;
     struct jv *items;
@@ -982,7 +984,7 @@ static struct jv select_impl(struct render *r, const struct node *n, struct jv v
     struct jv out = jinja__list_new(r, cnt);
     for (uint32_t i = 0; i < cnt; i++) {
         struct jv x = attr ? attr_path(r, items[i], attr) : items[i];
-        bool t = test ? run_test(r, n, test, x, &rest) : jinja__truthy(&x);
+        bool t = tid >= 0 ? jinja__apply_test(r, n, tid, x, &rest) : jinja__truthy(&x);
         if (t == keep) jinja__list_push(r, &out, items[i]);
     }
     return out;
@@ -1413,8 +1415,7 @@ bool jinja__apply_test(struct render *r, const struct node *n, int builtin, stru
     return tests[builtin].fn(r, v, a);
 }
 
-static bool run_test(struct render *r, const struct node *n, const struct jv *name, struct jv item,
-                     struct call_args *rest)
+static int find_test(struct render *r, const struct node *n, const struct jv *name)
 {
     char buf[64];
     if (name->kind != JV_STR || name->n >= sizeof(buf))
@@ -1423,7 +1424,7 @@ static bool run_test(struct render *r, const struct node *n, const struct jv *na
     buf[name->n] = 0;
     int b = jinja__builtin_find(BUILTIN_TEST, buf);
     if (b < 0) jinja__fail(r, r->line, "%s: unknown test '%s'", n->name, buf);
-    return tests[b].fn(r, item, rest);
+    return b;
 }
 
 /* ---- methods ---- */
@@ -1507,6 +1508,13 @@ static const struct method_def methods[] = {
     {"copy", JV_DICT, M_COPY},
     {"pop", JV_DICT, M_POP},
 };
+
+bool jinja__method_exists(const char *name)
+{
+    for (size_t i = 0; i < ARRAY_LEN(methods); i++)
+        if (!strcmp(methods[i].name, name)) return true;
+    return false;
+}
 
 struct jv jinja__method(struct render *r, struct jv obj, const char *name)
 {
@@ -1857,15 +1865,19 @@ static const struct {
     {"raise_exception", G_RAISE}, {"strftime_now", G_STRFTIME},
 };
 
-bool jinja__global(const char *name, struct jv *out)
+int jinja__global_find(const char *name)
 {
-    for (size_t i = 0; i < ARRAY_LEN(global_names); i++) {
-        if (strcmp(global_names[i].name, name)) continue;
-        *out = (struct jv){.kind = JV_FUNC};
-        out->fn = &globals[global_names[i].id];
-        return true;
-    }
-    return false;
+    for (size_t i = 0; i < ARRAY_LEN(global_names); i++)
+        if (!strcmp(global_names[i].name, name)) return global_names[i].id;
+    return -1;
+}
+
+struct jv jinja__global_get(int id)
+{
+    CHECK(id >= 0 && (size_t)id < ARRAY_LEN(globals));
+    struct jv v = {.kind = JV_FUNC};
+    v.fn = &globals[id];
+    return v;
 }
 
 static struct jv g_range(struct render *r, struct call_args *a)

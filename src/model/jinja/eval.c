@@ -79,16 +79,17 @@ static void bind(struct render *r, const char *name, struct jv v)
     r->vars[r->n_vars++].v = v;
 }
 
-static struct jv lookup(struct render *r, const char *name)
+/* n: E_NAME (its builtin field holds the global function id + 1). */
+static struct jv lookup(struct render *r, const struct node *n)
 {
+    const char *name = n->name;
     for (uint32_t i = r->n_vars; i > 0; i--)
         if (r->vars[i - 1].name == name) return r->vars[i - 1].v;
     if (r->ctx) {
         json_t *j = json_object_get(r->ctx, name);
         if (j) return jinja__from_json(j);
     }
-    struct jv g;
-    if (jinja__global(name, &g)) return g;
+    if (n->builtin) return jinja__global_get(n->builtin - 1);
     return jinja__undef();
 }
 
@@ -153,37 +154,77 @@ _Noreturn static void fail_undefined(struct render *r, const struct node *n)
     jinja__fail(r, n->line, "value is undefined");
 }
 
-static struct jv loop_attr(struct render *r, const struct jloop *l, const char *name)
+enum loop_field {
+    LOOP_INDEX,
+    LOOP_INDEX0,
+    LOOP_FIRST,
+    LOOP_LAST,
+    LOOP_LENGTH,
+    LOOP_REVINDEX,
+    LOOP_REVINDEX0,
+    LOOP_PREVITEM,
+    LOOP_NEXTITEM,
+    LOOP_DEPTH,
+    LOOP_DEPTH0,
+};
+
+static const char *const loop_fields[] = {
+    [LOOP_INDEX] = "index",         [LOOP_INDEX0] = "index0",     [LOOP_FIRST] = "first",
+    [LOOP_LAST] = "last",           [LOOP_LENGTH] = "length",     [LOOP_REVINDEX] = "revindex",
+    [LOOP_REVINDEX0] = "revindex0", [LOOP_PREVITEM] = "previtem", [LOOP_NEXTITEM] = "nextitem",
+    [LOOP_DEPTH] = "depth",         [LOOP_DEPTH0] = "depth0",
+};
+
+int jinja__loop_field(const char *name)
 {
-    (void)r;
-    if (!strcmp(name, "index")) return jinja__int(l->index0 + 1);
-    if (!strcmp(name, "index0")) return jinja__int(l->index0);
-    if (!strcmp(name, "first")) return jinja__bool(l->index0 == 0);
-    if (!strcmp(name, "last")) return jinja__bool(l->index0 == l->length - 1);
-    if (!strcmp(name, "length")) return jinja__int(l->length);
-    if (!strcmp(name, "revindex")) return jinja__int(l->length - l->index0);
-    if (!strcmp(name, "revindex0")) return jinja__int(l->length - l->index0 - 1);
-    if (!strcmp(name, "previtem")) return l->index0 > 0 ? l->all[l->index0 - 1] : jinja__undef();
-    if (!strcmp(name, "nextitem"))
+    for (size_t i = 0; i < ARRAY_LEN(loop_fields); i++)
+        if (!strcmp(loop_fields[i], name)) return (int)i;
+    return -1;
+}
+
+static struct jv loop_attr(const struct jloop *l, int field)
+{
+    switch ((enum loop_field)field) {
+    case LOOP_INDEX:
+        return jinja__int(l->index0 + 1);
+    case LOOP_INDEX0:
+        return jinja__int(l->index0);
+    case LOOP_FIRST:
+        return jinja__bool(l->index0 == 0);
+    case LOOP_LAST:
+        return jinja__bool(l->index0 == l->length - 1);
+    case LOOP_LENGTH:
+        return jinja__int(l->length);
+    case LOOP_REVINDEX:
+        return jinja__int(l->length - l->index0);
+    case LOOP_REVINDEX0:
+        return jinja__int(l->length - l->index0 - 1);
+    case LOOP_PREVITEM:
+        return l->index0 > 0 ? l->all[l->index0 - 1] : jinja__undef();
+    case LOOP_NEXTITEM:
         return l->index0 + 1 < l->length ? l->all[l->index0 + 1] : jinja__undef();
-    if (!strcmp(name, "depth")) return jinja__int(1);
-    if (!strcmp(name, "depth0")) return jinja__int(0);
+    case LOOP_DEPTH:
+        return jinja__int(1);
+    case LOOP_DEPTH0:
+        return jinja__int(0);
+    }
     return jinja__undef();
 }
 
-/* obj.name: a dict member, a loop field, or a method of the type. */
-static struct jv get_attr(struct render *r, const struct node *at, struct jv obj, const char *name,
-                          size_t len)
+/* obj.name (at: the E_ATTR node, with the name's loop field and whether it
+ * names a method, resolved at parse time): a dict member, a loop field, or
+ * a method of the type. */
+static struct jv get_attr(struct render *r, const struct node *at, struct jv obj)
 {
     if (obj.kind == JV_UNDEF) fail_undefined(r, at->a);
     if (obj.kind == JV_DICT) {
         struct jv v;
-        if (jinja__dict_get(&obj, name, len, &v)) return v;
-        if (obj.flags & JV_F_NAMESPACE) return jinja__undef();
+        if (jinja__dict_get(&obj, at->name, strlen(at->name), &v)) return v;
     }
-    if (obj.kind == JV_LOOP) return loop_attr(r, obj.loop, name);
-    if (strlen(name) != len) return jinja__undef();
-    return jinja__method(r, obj, name);
+    if (obj.kind == JV_LOOP)
+        return at->builtin ? loop_attr(obj.loop, at->builtin - 1) : jinja__undef();
+    if (!at->op) return jinja__undef();
+    return jinja__method(r, obj, at->name);
 }
 
 /* Python index normalisation; false when out of range. */
@@ -237,10 +278,11 @@ static struct jv get_item(struct render *r, const struct node *at, struct jv obj
                 return jinja__undef();
             }
             char name[64];
-            if (key.n >= sizeof(name)) return jinja__undef();
+            if (key.n >= sizeof(name) || memchr(key.s, 0, key.n)) return jinja__undef();
             memcpy(name, key.s, key.n);
             name[key.n] = 0;
-            return loop_attr(r, obj.loop, name);
+            int field = jinja__loop_field(name);
+            return field >= 0 ? loop_attr(obj.loop, field) : jinja__undef();
         }
         return jinja__undef();
     default:
@@ -417,9 +459,9 @@ static struct jv eval(struct render *r, const struct node *n)
     case E_LIT:
         return n->lit;
     case E_NAME:
-        return lookup(r, n->name);
+        return lookup(r, n);
     case E_ATTR:
-        return get_attr(r, n, eval(r, n->a), n->name, strlen(n->name));
+        return get_attr(r, n, eval(r, n->a));
     case E_INDEX: {
         struct jv obj = eval(r, n->a);
         struct jv key = eval(r, n->b);

@@ -362,8 +362,14 @@ struct jv jinja__method(struct render *r, struct jv obj, const char *name);
 /* Calls a global function or bound method (not macros). */
 struct jv jinja__call_builtin(struct render *r, const struct node *n, const struct jfunc *fn,
                               struct call_args *a);
-/* Global functions by name (range, namespace, raise_exception, strftime_now, ...). */
-bool jinja__global(const char *name, struct jv *out);
+/* Global functions (range, namespace, dict, raise_exception, strftime_now):
+ * the id of a name or -1 (parse time), the function for an id (render). */
+int jinja__global_find(const char *name);
+struct jv jinja__global_get(int id);
+/* Whether some type has a method of this name (parse time). */
+bool jinja__method_exists(const char *name);
+/* Index of a loop.* field name, or -1 (eval.c). */
+int jinja__loop_field(const char *name);
 
 enum jfunc_kind {
     FN_GLOBAL, /* global function: id */

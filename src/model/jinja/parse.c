@@ -297,6 +297,7 @@ static struct node *parse_primary(struct parser *p)
         } else {
             n = mk(p, E_NAME, t->line);
             n->name = intern(p, t->text, t->len);
+            n->builtin = (uint16_t)(jinja__global_find(n->name) + 1);
         }
         break;
     case T_STRING: {
@@ -391,6 +392,8 @@ static struct node *parse_postfix(struct parser *p, struct node *n)
                 struct node *m = mk(p, E_ATTR, t->line);
                 m->a = n;
                 m->name = intern(p, a->text, a->len);
+                m->builtin = (uint16_t)(jinja__loop_field(m->name) + 1);
+                m->op = jinja__method_exists(m->name);
                 n = m;
             } else if (a->kind == T_INT) {
                 struct node *m = mk(p, E_INDEX, t->line);

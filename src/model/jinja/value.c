@@ -409,8 +409,20 @@ static double num_val(const struct jv *v)
     return v->kind == JV_INT ? (double)v->i : v->kind == JV_FLOAT ? v->f : (double)v->b;
 }
 
+/* Containers nested deeper than this compare unequal (a list that holds
+ * itself would otherwise recurse forever). */
+#define EQUAL_MAX_DEPTH 256
+
+static bool equal(const struct jv *a, const struct jv *b, int depth);
+
 bool jinja__equal(const struct jv *a, const struct jv *b)
 {
+    return equal(a, b, 0);
+}
+
+static bool equal(const struct jv *a, const struct jv *b, int depth)
+{
+    if (depth > EQUAL_MAX_DEPTH) return false;
     if (is_num(a) && is_num(b)) {
         if (a->kind != JV_FLOAT && b->kind != JV_FLOAT) {
             int64_t x = a->kind == JV_INT ? a->i : a->b, y = b->kind == JV_INT ? b->i : b->b;
@@ -431,7 +443,7 @@ bool jinja__equal(const struct jv *a, const struct jv *b)
         if ((a->flags & JV_F_JSON) && (b->flags & JV_F_JSON) && a->json == b->json) return true;
         for (uint32_t i = 0; i < n; i++) {
             struct jv x = jinja__list_get(a, i), y = jinja__list_get(b, i);
-            if (!jinja__equal(&x, &y)) return false;
+            if (!equal(&x, &y, depth + 1)) return false;
         }
         return true;
     }
@@ -448,7 +460,7 @@ bool jinja__equal(const struct jv *a, const struct jv *b)
             for (uint32_t i = 0; i < n; i++) {
                 struct jv y;
                 const struct jdict_entry *e = &a->dict->items[i];
-                if (!jinja__dict_get(b, e->key.s, e->key.n, &y) || !jinja__equal(&e->val, &y))
+                if (!jinja__dict_get(b, e->key.s, e->key.n, &y) || !equal(&e->val, &y, depth + 1))
                     return false;
             }
             return true;
@@ -456,7 +468,7 @@ bool jinja__equal(const struct jv *a, const struct jv *b)
         for (uint32_t i = 0; i < n; i++) {
             struct jv y;
             const struct jdict_entry *e = &b->dict->items[i];
-            if (!jinja__dict_get(a, e->key.s, e->key.n, &y) || !jinja__equal(&e->val, &y))
+            if (!jinja__dict_get(a, e->key.s, e->key.n, &y) || !equal(&e->val, &y, depth + 1))
                 return false;
         }
         return true;
@@ -475,8 +487,18 @@ static int ascii_lower(int c)
     return c >= 'A' && c <= 'Z' ? c + 32 : c;
 }
 
+static int compare(struct render *r, const struct jv *a, const struct jv *b, bool case_sensitive,
+                   int depth);
+
 int jinja__compare(struct render *r, const struct jv *a, const struct jv *b, bool case_sensitive)
 {
+    return compare(r, a, b, case_sensitive, 0);
+}
+
+static int compare(struct render *r, const struct jv *a, const struct jv *b, bool case_sensitive,
+                   int depth)
+{
+    if (depth > EQUAL_MAX_DEPTH) jinja__fail(r, r->line, "values nested too deeply to compare");
     if (is_num(a) && is_num(b)) {
         if (a->kind == JV_INT && b->kind == JV_INT) return (a->i > b->i) - (a->i < b->i);
         double x = num_val(a), y = num_val(b);
@@ -495,7 +517,7 @@ int jinja__compare(struct render *r, const struct jv *a, const struct jv *b, boo
         uint32_t na = list_len(a), nb = list_len(b);
         for (uint32_t i = 0; i < na && i < nb; i++) {
             struct jv x = jinja__list_get(a, i), y = jinja__list_get(b, i);
-            int c = jinja__compare(r, &x, &y, case_sensitive);
+            int c = compare(r, &x, &y, case_sensitive, depth + 1);
             if (c) return c;
         }
         return (na > nb) - (na < nb);
