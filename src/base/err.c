@@ -34,6 +34,10 @@ const char *err_str(int code)
         return "cancelled";
     case ERR_INTERNAL:
         return "internal error";
+    case ERR_UNAUTHORIZED:
+        return "unauthorized";
+    case ERR_UNAVAILABLE:
+        return "unavailable";
     default:
         if (code < 0 && code > -4096) return strerror(-code);
         return "unknown error";
@@ -59,11 +63,52 @@ int err_http_status(int code)
     case ERR_UNSUPPORTED:
         return 400;
     case ERR_NO_KV:
+    case ERR_UNAVAILABLE:
         return 503;
+    case ERR_UNAUTHORIZED:
+        return 401;
     case ERR_CANCELLED:
         return 499;
     default:
         return 500;
+    }
+}
+
+const char *err_openai_type(int code)
+{
+    switch (err_http_status(code)) {
+    case 400:
+    case 404:
+    case 413:
+        return "invalid_request_error";
+    case 401:
+        return "authentication_error";
+    case 429:
+        return "rate_limit_error";
+    case 503:
+        return "service_unavailable_error";
+    default:
+        return "server_error";
+    }
+}
+
+const char *err_anthropic_type(int code)
+{
+    switch (err_http_status(code)) {
+    case 400:
+        return "invalid_request_error";
+    case 401:
+        return "authentication_error";
+    case 404:
+        return "not_found_error";
+    case 413:
+        return "request_too_large";
+    case 429:
+        return "rate_limit_error";
+    case 503:
+        return "overloaded_error";
+    default:
+        return "api_error";
     }
 }
 

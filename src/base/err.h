@@ -17,17 +17,19 @@
 
 enum err_code {
     ERR_BASE = -10000,
-    ERR_INVALID = ERR_BASE - 1,     /* bad input from outside: request, file, config */
-    ERR_FORMAT = ERR_BASE - 2,      /* malformed file or frame (GGUF, peer protocol) */
-    ERR_UNSUPPORTED = ERR_BASE - 3, /* valid but not implemented (tensor type, arch) */
-    ERR_NO_KV = ERR_BASE - 4,       /* no KV cache blocks left */
-    ERR_OVERLOADED = ERR_BASE - 5,  /* queue full: retry later */
-    ERR_QUOTA = ERR_BASE - 6,       /* tenant quota or rate limit */
-    ERR_NOT_FOUND = ERR_BASE - 7,   /* unknown model / object */
-    ERR_TOO_LARGE = ERR_BASE - 8,   /* body or context beyond a limit */
-    ERR_PROTOCOL = ERR_BASE - 9,    /* peer broke the protocol */
-    ERR_CANCELLED = ERR_BASE - 10,  /* request cancelled by its owner */
-    ERR_INTERNAL = ERR_BASE - 11,   /* a bug: should never reach a user */
+    ERR_INVALID = ERR_BASE - 1,       /* bad input from outside: request, file, config */
+    ERR_FORMAT = ERR_BASE - 2,        /* malformed file or frame (GGUF, peer protocol) */
+    ERR_UNSUPPORTED = ERR_BASE - 3,   /* valid but not implemented (tensor type, arch) */
+    ERR_NO_KV = ERR_BASE - 4,         /* no KV cache blocks left */
+    ERR_OVERLOADED = ERR_BASE - 5,    /* queue full: retry later */
+    ERR_QUOTA = ERR_BASE - 6,         /* tenant quota or rate limit */
+    ERR_NOT_FOUND = ERR_BASE - 7,     /* unknown model / object */
+    ERR_TOO_LARGE = ERR_BASE - 8,     /* body or context beyond a limit */
+    ERR_PROTOCOL = ERR_BASE - 9,      /* peer broke the protocol */
+    ERR_CANCELLED = ERR_BASE - 10,    /* request cancelled by its owner */
+    ERR_INTERNAL = ERR_BASE - 11,     /* a bug: should never reach a user */
+    ERR_UNAUTHORIZED = ERR_BASE - 12, /* missing or wrong API key */
+    ERR_UNAVAILABLE = ERR_BASE - 13,  /* shutting down or at a connection limit: retry */
 };
 
 /* Short static text for a code ("invalid input", "no such file", ...). */
@@ -35,6 +37,11 @@ const char *err_str(int code);
 
 /* HTTP status an API response should carry for this code. */
 int err_http_status(int code);
+
+/* The error "type" of each API's error body for this code:
+ * OpenAI {"error":{"type": ...}}, Anthropic {"type":"error","error":{"type": ...}}. */
+const char *err_openai_type(int code);
+const char *err_anthropic_type(int code);
 
 /* Error message buffer: functions that parse external input fill one of
  * these with a message that names the subject and the field. Caller-owned. */

@@ -12,5 +12,7 @@ int cmd_bench_engine(int argc, char **argv);
 int cmd_model_info(int argc, char **argv);
 int cmd_model_make(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_template(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -31,6 +31,15 @@ int chat_template_new(const char *src, const char *bos_text, const char *eos_tex
                       struct chat_template **out, struct err_msg *msg);
 void chat_template_free(struct chat_template *ct);
 
+struct gguf_file;
+
+/* The model's own template: tokenizer.chat_template, with bos/eos text from
+ * tokenizer.ggml.tokens[tokenizer.ggml.{bos,eos}_token_id] ("" when a key is
+ * absent). ERR_NOT_FOUND when the file has no chat template; ERR_FORMAT for
+ * a token id outside the vocabulary; parse errors as chat_template_new. */
+int chat_template_from_gguf(const struct gguf_file *f, struct chat_template **out,
+                            struct err_msg *msg);
+
 /* Appends the prompt text to out. messages: JSON array of message objects
  * (role, content, name, tool_calls, tool_call_id); tools: JSON array of
  * OpenAI tool definitions or NULL; kwargs: JSON object or NULL. Returns

@@ -1,0 +1,114 @@
+/*
+ * api.h - one decoded generation request, whatever API it came through.
+ *
+ * The HTTP APIs inferd speaks (OpenAI Chat Completions, Completions and
+ * Responses; Anthropic Messages) differ in field names and shapes but ask
+ * for the same thing: a prompt (chat messages for the model's template, or
+ * text / token ids), how many tokens, how to sample, when to stop, and how to
+ * answer (stream or not, logprobs). Each decoder (openai.c, responses.c,
+ * anthropic.c) validates a JSON body and fills one struct api_request; the
+ * serving layer (src/serve/) only ever sees this struct, and the same API's
+ * encoder turns the results back into that API's shapes.
+ *
+ * Validation: decoders never trust the body. Every error is ERR_INVALID (or
+ * ERR_TOO_LARGE) with a message that starts with the offending field's path
+ * ("messages[2].content: expected a string or an array of parts"), and the
+ * field path alone in api_request.bad_param (OpenAI's error "param").
+ *
+ * Lifetime: api_request_release frees everything a decoder allocated; a
+ * zeroed struct is valid to release. Thread: the event-loop thread decodes;
+ * the struct is owned by one request at a time.
+ */
+#ifndef INFERD_API_API_H
+#define INFERD_API_API_H
+
+#include "base/buf.h"
+#include "base/err.h"
+#include "inferd/inferd.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+enum api_kind {
+    API_CHAT,       /* POST /v1/chat/completions */
+    API_COMPLETION, /* POST /v1/completions */
+    API_RESPONSES,  /* POST /v1/responses */
+    API_MESSAGES,   /* POST /v1/messages */
+};
+
+enum { API_MAX_STOP = 16, API_MAX_N = 16, API_MAX_PROMPTS = 64, API_MAX_BIAS = 1024 };
+
+struct api_prompt {
+    char *text;        /* prompt text (NULL when given as token ids) */
+    struct i32vec ids; /* token ids given by the client (used when text is NULL) */
+};
+
+struct api_request {
+    enum api_kind kind;             /* which API decoded it */
+    char model[128];                /* requested model name ("" = the served one) */
+    bool stream;                    /* answer with server-sent events */
+    bool include_usage;             /* OpenAI stream_options.include_usage */
+    int n;                          /* completions per prompt (1..API_MAX_N) */
+    int max_tokens;                 /* 0 = until the context is full */
+    int priority;                   /* higher runs first (vLLM's extension field "priority") */
+    struct inferd_sampling sp;      /* sampling; sp.logit_bias points at bias */
+    bool has_seed;                  /* the client chose sp.seed (else drawn per request) */
+    struct inferd_logit_bias *bias; /* (n_bias) OpenAI logit_bias entries */
+    int n_bias;                     /* entries of bias */
+    bool logprobs;                  /* report token logprobs */
+    int top_logprobs;               /* alternatives per token (0..20) */
+    char *stop[API_MAX_STOP];       /* stop strings (owned) */
+    int n_stop;                     /* entries of stop */
+    json_t *messages;           /* chat-style prompt: array of {role, content} for the template */
+    struct api_prompt *prompts; /* (n_prompts) completions prompts; NULL for chat-style */
+    int n_prompts;              /* entries of prompts */
+    bool echo;                  /* completions: prepend the prompt to the text */
+    /* Responses API */
+    bool store;                 /* keep the response for GET / previous_response_id */
+    char *previous_response_id; /* continue that stored conversation, or NULL */
+    char *instructions;         /* system text for this turn only, or NULL */
+    json_t *input_items;        /* this turn's input as message items (stored) */
+    json_t *metadata;           /* client metadata echoed back (Responses, Messages) */
+    char *user;                 /* OpenAI user / Anthropic metadata.user_id, or NULL */
+    char bad_param[96];         /* field named by the last decode error */
+};
+
+void api_request_release(struct api_request *r);
+
+/* Decoders: body is the raw JSON bytes (not NUL-terminated). 0 or
+ * ERR_INVALID with msg and r->bad_param set. r is filled from zero. */
+int openai_chat_decode(const char *body, size_t len, struct api_request *r, struct err_msg *msg);
+int openai_completion_decode(const char *body, size_t len, struct api_request *r,
+                             struct err_msg *msg);
+int responses_decode(const char *body, size_t len, struct api_request *r, struct err_msg *msg);
+int anthropic_decode(const char *body, size_t len, struct api_request *r, struct err_msg *msg);
+/* POST /v1/messages/count_tokens: the same body without max_tokens. */
+int anthropic_count_decode(const char *body, size_t len, struct api_request *r,
+                           struct err_msg *msg);
+
+/* Shared JSON helpers for the decoders (api_json.c). Each returns 0 or
+ * ERR_INVALID with msg and param set; absent optional fields leave *out. */
+int api_parse_body(const char *body, size_t len, json_t **root, struct api_request *r,
+                   struct err_msg *msg);
+int api_get_number(const json_t *o, const char *key, double lo, double hi, double *out,
+                   struct api_request *r, struct err_msg *msg);
+int api_get_int(const json_t *o, const char *key, long lo, long hi, int *out, struct api_request *r,
+                struct err_msg *msg);
+int api_get_bool(const json_t *o, const char *key, bool *out, struct api_request *r,
+                 struct err_msg *msg);
+/* Copies a string field into a fresh heap string (*out NULL when absent). */
+int api_get_string(const json_t *o, const char *key, char **out, struct api_request *r,
+                   struct err_msg *msg);
+/* stop: a string or an array of up to max strings. */
+int api_get_stop(const json_t *o, const char *key, int max, struct api_request *r,
+                 struct err_msg *msg);
+/* ERR_INVALID naming param: message "param: ..." */
+int api_fail(struct api_request *r, struct err_msg *msg, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Joins the text parts of an OpenAI / Anthropic content value (a string, or an
+ * array of {type: text|input_text|output_text, text}) into one heap string. */
+int api_content_text(const json_t *content, const char *path, char **out, struct api_request *r,
+                     struct err_msg *msg);
+
+#endif

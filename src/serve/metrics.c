@@ -1,0 +1,133 @@
+/*
+ * metrics.c - Prometheus text rendering (see metrics.h).
+ */
+#include "serve/metrics.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const double bounds[METRICS_BUCKETS - 1] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                   0.25,  0.5,    1,     2.5,  5,     10};
+
+void metrics_request(struct metrics *m, const char *endpoint, int status)
+{
+    for (int i = 0; i < m->n_req; i++) {
+        if (m->req[i].status == status && !strcmp(m->req[i].endpoint, endpoint)) {
+            m->req[i].n++;
+            return;
+        }
+    }
+    if (m->n_req == METRICS_MAX_SERIES) return; /* routes x statuses is bounded well below */
+    struct metrics_series *s = &m->req[m->n_req++];
+    snprintf(s->endpoint, sizeof(s->endpoint), "%s", endpoint);
+    s->status = status;
+    s->n = 1;
+}
+
+void metrics_observe(struct metrics_hist *h, double seconds)
+{
+    int b = 0;
+    while (b < METRICS_BUCKETS - 1 && seconds > bounds[b])
+        b++;
+    h->counts[b]++;
+    h->sum += seconds;
+    h->n++;
+}
+
+static void hist(struct buf *out, const char *name, const char *help, const struct metrics_hist *h)
+{
+    buf_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int b = 0; b < METRICS_BUCKETS - 1; b++) {
+        cum += h->counts[b];
+        buf_printf(out, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[b], (unsigned long long)cum);
+    }
+    cum += h->counts[METRICS_BUCKETS - 1];
+    buf_printf(out, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
+               (unsigned long long)cum, name, h->sum, name, (unsigned long long)h->n);
+}
+
+static void scalar(struct buf *out, const char *name, const char *type, const char *help,
+                   unsigned long long v)
+{
+    buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, v);
+}
+
+void metrics_render(const struct metrics *m, const struct runner_stats *rs, struct buf *out)
+{
+    buf_puts(out, "# HELP inferd_requests_total HTTP requests by endpoint and status.\n"
+                  "# TYPE inferd_requests_total counter\n");
+    for (int i = 0; i < m->n_req; i++)
+        buf_printf(out, "inferd_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n",
+                   m->req[i].endpoint, m->req[i].status, (unsigned long long)m->req[i].n);
+    hist(out, "inferd_time_to_first_token_seconds", "Time from request to first token.", &m->ttft);
+    hist(out, "inferd_time_per_output_token_seconds",
+         "Mean time between output tokens of a request, after the first.", &m->tpot);
+    hist(out, "inferd_e2e_request_latency_seconds", "Generation request latency.", &m->e2e);
+    scalar(out, "inferd_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
+           m->prompt_tokens);
+    scalar(out, "inferd_cached_prompt_tokens_total", "counter",
+           "Prompt tokens served from the prefix cache.", m->cached_tokens);
+    scalar(out, "inferd_generation_tokens_total", "counter", "Tokens generated.",
+           m->generated_tokens);
+    scalar(out, "inferd_requests_cancelled_total", "counter",
+           "Requests cancelled because the client went away.", m->cancelled);
+    scalar(out, "inferd_http_requests_open", "gauge", "HTTP requests being served.",
+           (unsigned long long)m->open_requests);
+    const struct inferd_stats *e = &rs->engine;
+    scalar(out, "inferd_num_requests_running", "gauge", "Sequences holding KV in the engine.",
+           (unsigned long long)e->n_running);
+    scalar(out, "inferd_num_requests_waiting", "gauge", "Sequences waiting to start.",
+           (unsigned long long)e->n_waiting);
+    scalar(out, "inferd_kv_blocks_total", "gauge", "KV cache blocks in the pool.",
+           (unsigned long long)e->kv_blocks_total);
+    scalar(out, "inferd_kv_blocks_used", "gauge", "KV cache blocks referenced.",
+           (unsigned long long)e->kv_blocks_used);
+    scalar(out, "inferd_kv_blocks_cached", "gauge",
+           "Unreferenced KV blocks kept by the prefix cache.",
+           (unsigned long long)e->kv_blocks_cached);
+    scalar(out, "inferd_kv_blocks_free", "gauge", "KV blocks holding nothing.",
+           (unsigned long long)e->kv_blocks_free);
+    scalar(out, "inferd_prefix_cache_query_tokens_total", "counter",
+           "Prompt positions looked up in the prefix cache.",
+           (unsigned long long)e->n_prefix_query_tokens);
+    scalar(out, "inferd_prefix_cache_hit_tokens_total", "counter",
+           "Prompt positions found in the prefix cache.",
+           (unsigned long long)e->n_prefix_hit_tokens);
+    buf_printf(out,
+               "# HELP inferd_prefix_cache_hit_ratio Hit tokens / query tokens since start.\n"
+               "# TYPE inferd_prefix_cache_hit_ratio gauge\ninferd_prefix_cache_hit_ratio %.6f\n",
+               e->n_prefix_query_tokens
+                   ? (double)e->n_prefix_hit_tokens / (double)e->n_prefix_query_tokens
+                   : 0.0);
+    buf_printf(out,
+               "# HELP inferd_queue_wait_estimate_seconds Engine estimate of the wait of a new "
+               "request.\n# TYPE inferd_queue_wait_estimate_seconds gauge\n"
+               "inferd_queue_wait_estimate_seconds %.6f\n",
+               e->est_queue_ms / 1000.0);
+    scalar(out, "inferd_requests_rejected_total", "counter",
+           "Engine submissions refused because the waiting queue was full (429).",
+           (unsigned long long)e->n_rejected);
+    scalar(out, "inferd_engine_cancelled_total", "counter", "Engine requests cancelled.",
+           (unsigned long long)e->n_cancelled);
+    scalar(out, "inferd_engine_steps_total", "counter", "Forward steps run.",
+           (unsigned long long)e->n_steps);
+    scalar(out, "inferd_engine_prefill_tokens_total", "counter", "Prompt tokens computed.",
+           (unsigned long long)e->n_prompt_tokens);
+    scalar(out, "inferd_preemptions_total", "counter", "Requests preempted for lack of KV.",
+           (unsigned long long)e->n_preempted);
+    buf_puts(out, "# HELP inferd_step_batch_tokens Tokens computed per forward step.\n"
+                  "# TYPE inferd_step_batch_tokens histogram\n");
+    uint64_t cum = 0;
+    for (int b = 0; b < RUNNER_STEP_BUCKETS; b++) {
+        cum += rs->step_hist[b];
+        if (b == RUNNER_STEP_BUCKETS - 1)
+            buf_printf(out, "inferd_step_batch_tokens_bucket{le=\"+Inf\"} %llu\n",
+                       (unsigned long long)cum);
+        else
+            buf_printf(out, "inferd_step_batch_tokens_bucket{le=\"%d\"} %llu\n",
+                       runner_step_bounds[b], (unsigned long long)cum);
+    }
+    buf_printf(out, "inferd_step_batch_tokens_sum %llu\ninferd_step_batch_tokens_count %llu\n",
+               (unsigned long long)rs->step_tokens, (unsigned long long)rs->n_steps);
+}

@@ -1,0 +1,45 @@
+/*
+ * serve.h - `inferd serve`: the HTTP API server in one process.
+ *
+ * Threads: the caller's thread runs the libevent loop (HTTP, request
+ * decoding, templates, tokenization, detokenization, stop strings,
+ * encoding, SQLite); the runner thread (runner.h) owns the engine; the
+ * engine's compute pool works inside each step. See server.c for the path of
+ * one request.
+ */
+#ifndef INFERD_SERVE_SERVE_H
+#define INFERD_SERVE_SERVE_H
+
+#include "base/err.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct serve_config {
+    const char *host;       /* listen address */
+    int port;               /* listen port (0: any free port, printed) */
+    const char *data_dir;   /* stored responses, the demo model */
+    const char *model_path; /* GGUF to serve; NULL: the demo model in data_dir */
+    const char *model_name; /* name in the API; NULL: file name without .gguf */
+    const char *api_key;    /* required bearer key, or NULL for none */
+    int n_threads;          /* engine compute threads (0: all cores) */
+    int max_ctx;            /* context length per request (0: min(trained, 4096)) */
+    int max_seqs;           /* sequences running at once in the engine */
+    int kv_blocks;          /* KV pool blocks (0: fit max_ctx * max_seqs) */
+    int max_queue;          /* waiting sequences before 429 */
+    int max_open;           /* HTTP requests in progress before 503 */
+    size_t max_body;        /* request body bytes */
+    size_t max_headers;     /* request header bytes */
+    int idle_timeout_s;     /* connection read/write timeout */
+    int shutdown_timeout_s; /* grace for in-flight requests on SIGINT/SIGTERM */
+    const char *port_file;  /* write the bound port here once listening (tests) */
+};
+
+void serve_config_default(struct serve_config *c);
+
+/* Loads the model (making the demo model first if needed), listens, and
+ * serves until SIGINT / SIGTERM. Returns 0 after a clean shutdown, or an
+ * error with msg set. */
+int serve_run(const struct serve_config *c, struct err_msg *msg);
+
+#endif

@@ -1,0 +1,159 @@
+/*
+ * test_decode.c - request decoders: each API's fields land in the one
+ * api_request shape, and bad input is refused with the field named.
+ */
+#include "test.h"
+
+#include "api/api.h"
+
+static int dec(int (*fn)(const char *, size_t, struct api_request *, struct err_msg *),
+               const char *body, struct api_request *r, struct err_msg *m)
+{
+    memset(m, 0, sizeof(*m));
+    return fn(body, strlen(body), r, m);
+}
+
+TEST(chat_fields)
+{
+    struct api_request r;
+    struct err_msg m;
+    EXPECT_EQ_INT(dec(openai_chat_decode,
+                      "{\"model\":\"x\",\"messages\":[{\"role\":\"developer\",\"content\":\"be "
+                      "brief\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi "
+                      "\"},{\"type\":\"text\",\"text\":\"there\"}]}],\"temperature\":0.5,"
+                      "\"top_k\":7,\"stop\":[\"a\",\"b\"],\"n\":3,\"max_completion_tokens\":9,"
+                      "\"logprobs\":true,\"top_logprobs\":2,\"logit_bias\":{\"42\":-100},"
+                      "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"seed\":5}",
+                      &r, &m),
+                  0);
+    EXPECT(!strcmp(r.model, "x"));
+    EXPECT_EQ_INT(json_array_size(r.messages), 2);
+    EXPECT(!strcmp(json_string_value(json_object_get(json_array_get(r.messages, 0), "role")),
+                   "system"));
+    EXPECT(!strcmp(json_string_value(json_object_get(json_array_get(r.messages, 1), "content")),
+                   "hi there"));
+    EXPECT_NEAR(r.sp.temperature, 0.5, 0);
+    EXPECT_EQ_INT(r.sp.top_k, 7);
+    EXPECT_EQ_INT(r.n_stop, 2);
+    EXPECT_EQ_INT(r.n, 3);
+    EXPECT_EQ_INT(r.max_tokens, 9);
+    EXPECT(r.logprobs && r.top_logprobs == 2);
+    EXPECT_EQ_INT(r.n_bias, 1);
+    EXPECT_EQ_INT(r.sp.logit_bias[0].token, 42);
+    EXPECT(r.stream && r.include_usage);
+    EXPECT_EQ_INT(r.sp.seed, 5);
+    api_request_release(&r);
+}
+
+TEST(chat_errors_name_the_field)
+{
+    struct api_request r;
+    struct err_msg m;
+    const char *cases[][2] = {
+        {"[1]", "body"},
+        {"{bad", "body"},
+        {"{\"messages\":[]}", "messages"},
+        {"{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "messages[0].role"},
+        {"{\"messages\":[{\"role\":\"user\"}]}", "messages[0].content"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
+         "messages[0].content[0]"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":3}", "temperature"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[\"a\",\"b\",\"c\",\"d\","
+         "\"e\"]}",
+         "stop"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}",
+         "top_logprobs"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"a\":1}}",
+         "logit_bias"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":0}", "n"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":\"5\"}",
+         "max_tokens"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        EXPECT_EQ_INT(dec(openai_chat_decode, cases[i][0], &r, &m), ERR_INVALID);
+        if (strcmp(r.bad_param, cases[i][1]))
+            fprintf(stderr, "  case %zu: param '%s' (%s)\n", i, r.bad_param, m.text);
+        EXPECT(!strcmp(r.bad_param, cases[i][1]));
+        EXPECT(!strncmp(m.text, cases[i][1], strlen(cases[i][1])));
+        api_request_release(&r);
+    }
+}
+
+TEST(completion_prompts)
+{
+    struct api_request r;
+    struct err_msg m;
+    EXPECT_EQ_INT(dec(openai_completion_decode, "{\"prompt\":\"hello\"}", &r, &m), 0);
+    EXPECT_EQ_INT(r.n_prompts, 1);
+    EXPECT(!strcmp(r.prompts[0].text, "hello"));
+    EXPECT_EQ_INT(r.max_tokens, 16);
+    api_request_release(&r);
+    EXPECT_EQ_INT(dec(openai_completion_decode, "{\"prompt\":[1,2,3],\"logprobs\":2}", &r, &m), 0);
+    EXPECT_EQ_INT(r.n_prompts, 1);
+    EXPECT_EQ_INT(r.prompts[0].ids.n, 3);
+    EXPECT(r.logprobs && r.top_logprobs == 2);
+    api_request_release(&r);
+    EXPECT_EQ_INT(dec(openai_completion_decode, "{\"prompt\":[\"a\",[7,8]]}", &r, &m), 0);
+    EXPECT_EQ_INT(r.n_prompts, 2);
+    EXPECT_EQ_INT(r.prompts[1].ids.v[1], 8);
+    api_request_release(&r);
+    EXPECT_EQ_INT(dec(openai_completion_decode, "{\"prompt\":[1,-2]}", &r, &m), ERR_INVALID);
+    EXPECT(!strcmp(r.bad_param, "prompt[1]"));
+    api_request_release(&r);
+    EXPECT_EQ_INT(dec(openai_completion_decode, "{}", &r, &m), ERR_INVALID);
+    EXPECT(!strcmp(r.bad_param, "prompt"));
+    api_request_release(&r);
+}
+
+TEST(responses_input)
+{
+    struct api_request r;
+    struct err_msg m;
+    EXPECT_EQ_INT(dec(responses_decode,
+                      "{\"input\":\"hi\",\"instructions\":\"sys\",\"previous_response_id\":"
+                      "\"resp_1\",\"store\":false,\"max_output_tokens\":4}",
+                      &r, &m),
+                  0);
+    EXPECT_EQ_INT(json_array_size(r.input_items), 1);
+    EXPECT(!strcmp(r.instructions, "sys"));
+    EXPECT(!strcmp(r.previous_response_id, "resp_1"));
+    EXPECT(!r.store && r.max_tokens == 4);
+    api_request_release(&r);
+    EXPECT_EQ_INT(dec(responses_decode,
+                      "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\","
+                      "\"text\":\"a\"}]},{\"type\":\"function_call\"}]}",
+                      &r, &m),
+                  ERR_INVALID);
+    EXPECT(!strcmp(r.bad_param, "input[1].type"));
+    api_request_release(&r);
+}
+
+TEST(anthropic_fields)
+{
+    struct api_request r;
+    struct err_msg m;
+    EXPECT_EQ_INT(dec(anthropic_decode,
+                      "{\"model\":\"m\",\"max_tokens\":5,\"system\":[{\"type\":\"text\",\"text\":"
+                      "\"S\"}],\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                      "\"stop_sequences\":[\"x\"],\"top_k\":3,\"metadata\":{\"user_id\":\"u\"}}",
+                      &r, &m),
+                  0);
+    EXPECT_EQ_INT(json_array_size(r.messages), 2);
+    EXPECT_EQ_INT(r.max_tokens, 5);
+    EXPECT_EQ_INT(r.n_stop, 1);
+    EXPECT(!strcmp(r.user, "u"));
+    api_request_release(&r);
+    EXPECT_EQ_INT(dec(anthropic_decode,
+                      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r,
+                      &m),
+                  ERR_INVALID);
+    EXPECT(!strcmp(r.bad_param, "max_tokens"));
+    api_request_release(&r);
+    EXPECT_EQ_INT(dec(anthropic_count_decode,
+                      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r,
+                      &m),
+                  0);
+    api_request_release(&r);
+}
+
+TEST_MAIN()
