@@ -695,8 +695,11 @@ int inferd_engine_step(inferd_engine *e)
         e->reqs[w++] = q;
     }
     e->n_reqs = w;
-    memcpy(e->order, e->reqs, sizeof(*e->order) * (size_t)e->n_reqs);
-    qsort(e->order, (size_t)e->n_reqs, sizeof(*e->order), by_priority);
+    /* (idle: order may not be allocated yet, and memcpy from NULL is undefined) */
+    if (e->n_reqs) {
+        memcpy(e->order, e->reqs, sizeof(*e->order) * (size_t)e->n_reqs);
+        qsort(e->order, (size_t)e->n_reqs, sizeof(*e->order), by_priority);
+    }
     for (int i = 0; i < e->n_reqs; i++)
         e->order[i]->rank = i;
 
