@@ -85,6 +85,21 @@ struct inferd_sampling {
 
 void inferd_sampling_default(struct inferd_sampling *s);
 
+/* Structured output: the generated text must match a grammar. */
+enum inferd_grammar_kind {
+    INFERD_GRAMMAR_NONE = 0,        /* unconstrained */
+    INFERD_GRAMMAR_EBNF = 1,        /* GBNF text, start rule `root` (docs/grammar.md) */
+    INFERD_GRAMMAR_REGEX = 2,       /* regex matching the whole output */
+    INFERD_GRAMMAR_JSON_SCHEMA = 3, /* JSON Schema document: output is JSON it accepts */
+    INFERD_GRAMMAR_JSON_OBJECT = 4, /* any JSON object (source unused) */
+};
+
+struct inferd_grammar {
+    enum inferd_grammar_kind kind; /* NONE: no constraint */
+    const char *source;            /* (len) grammar text, compiled (and cached) at submit */
+    size_t len;                    /* bytes of source */
+};
+
 struct inferd_request {
     const int32_t *prompt;           /* (n_prompt) token ids, copied at submit */
     int n_prompt;                    /* >= 1 */
@@ -92,6 +107,12 @@ struct inferd_request {
     bool ignore_eos;                 /* keep going past end-of-generation tokens */
     int priority;                    /* higher runs first (reserved for the scheduler) */
     struct inferd_sampling sampling; /* how to pick tokens */
+    struct inferd_grammar grammar;   /* optional constraint: tokens are drawn from those that
+                                        keep the output in the grammar (masked logits are -inf,
+                                        logprobs are of the masked distribution); the request
+                                        finishes with STOP when the grammar is complete and
+                                        allows nothing more, and end-of-generation tokens are
+                                        allowed only where the grammar is complete */
 };
 
 enum inferd_finish {
@@ -116,12 +137,13 @@ struct inferd_event {
     enum inferd_finish finish;           /* NONE while the request goes on */
     int n_prompt;                        /* prompt tokens (on finish) */
     int n_generated;                     /* generated so far */
-    int error;                           /* on INFERD_FINISH_ERROR: the code */
+    int error;                           /* on INFERD_FINISH_ERROR: the code (ERR_INTERNAL if a
+                                            grammar allows no token of this vocabulary) */
 };
 
 /* Validates and queues the request. Errors: ERR_INVALID-class codes with a
  * message naming the field (bad token id, prompt longer than max_ctx, bad
- * sampling parameter). */
+ * sampling parameter, a grammar that does not compile: "grammar: ..."). */
 int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id, char *err,
                   size_t err_len);
 /* Finishes the request at the next step boundary with INFERD_FINISH_CANCELLED

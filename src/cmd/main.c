@@ -8,16 +8,18 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: inferd <command> [options]\n"
-                 "\n"
-                 "commands:\n"
-                 "  run           generate from a prompt on the command line\n"
-                 "  logits        write the logits of every prompt position (float32)\n"
-                 "  bench-engine  prefill / decode speed, as a share of this machine's limits\n"
-                 "  model info    describe a GGUF model file\n"
-                 "  model make    write a random-weight test model with a real tokenizer\n"
-                 "\n"
-                 "run 'inferd <command> --help' for a command's options.\n");
+    fprintf(out,
+            "usage: inferd <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  run           generate from a prompt on the command line\n"
+            "  logits        write the logits of every prompt position (float32)\n"
+            "  bench-engine  prefill / decode speed, as a share of this machine's limits\n"
+            "  model info    describe a GGUF model file\n"
+            "  model make    write a random-weight test model with a real tokenizer\n"
+            "  grammar       structured output: check a grammar, generate under one, bench masks\n"
+            "\n"
+            "run 'inferd <command> --help' for a command's options.\n");
 }
 
 int main(int argc, char **argv)
@@ -29,6 +31,7 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
+    if (!strcmp(cmd, "grammar")) return cmd_grammar(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench-engine")) return cmd_bench_engine(argc - 1, argv + 1);
     if (!strcmp(cmd, "model")) {
         if (argc >= 3 && !strcmp(argv[2], "info")) return cmd_model_info(argc - 2, argv + 2);

@@ -120,9 +120,8 @@ bool grammar_matcher_is_terminated(const struct grammar_matcher *m);
  * (taking its lock). */
 int grammar_matcher_fill_mask(struct grammar_matcher *m, uint64_t *mask);
 
-/* Precomputes the mask tables of every position (what the first masks would
- * otherwise compute lazily). For benchmarks and warm-up. */
-void grammar_precompute(struct grammar *g, const struct grammar_vocab *v);
+/* Mask tables this grammar has computed and cached so far. */
+void grammar_table_stats(struct grammar *g, int *n_cached, uint64_t *n_built);
 
 /* ---- compile cache ---- */
 

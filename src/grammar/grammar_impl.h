@@ -47,6 +47,8 @@
 #define GRAMMAR_INF          (-1)      /* unbounded repetition maximum */
 #define GRAMMAR_PARENT_ROOT  (-1)      /* stack bottom of a real matcher */
 #define GRAMMAR_PARENT_UNKNW (-2)      /* stack bottom standing for "any context" */
+#define GRAMMAR_CTX_DEPTH    64        /* stack frames that key a mask table */
+#define GRAMMAR_MAX_TABLES   8192      /* mask tables cached per grammar */
 
 /* ---- builder ---- */
 
@@ -133,8 +135,9 @@ struct grammar_elem {
     int32_t arg;  /* BYTES: byte set index; REF: rule; END: the rule it ends */
 };
 
-/* Per-position mask table for one vocabulary: the verdict for every token
- * when the stack's top is this position and nothing is known below it. */
+/* Mask table for one vocabulary and one stack context (the top frames of a
+ * stack): the verdict for every token, given those frames and nothing about
+ * what lies below them. */
 struct grammar_posmask {
     uint64_t *accept;     /* (n_words) tokens accepted whatever the context, or NULL: */
     int32_t *accept_list; /* (n_accept) the same as a list when that is smaller */
@@ -159,7 +162,19 @@ struct grammar {
 
     pthread_mutex_t mu;                /* guards the fields below */
     const struct grammar_vocab *vocab; /* the vocabulary of the tables (set on first use) */
-    struct grammar_posmask **pm;       /* (n_elems) lazily computed tables, NULL if not yet */
+    struct grammar_ctxtab *tabs;       /* (cap_tabs) open-addressed mask tables by context */
+    int n_tabs;                        /* tables cached */
+    int cap_tabs;                      /* power of two, or 0 */
+    uint64_t n_builds;                 /* tables computed (cached or not) */
+};
+
+/* A mask table's context: the top frames of a stack. */
+struct grammar_ctxtab {
+    uint64_t hash;              /* of key and root; 0 = empty slot */
+    int32_t *key;               /* (n_key) positions: top first, then each frame's return */
+    int n_key;                  /* frames */
+    bool root;                  /* the stack ends at the root below key (else: unknown) */
+    struct grammar_posmask *pm; /* the table */
 };
 
 static inline bool grammar__set_has(const uint64_t set[4], unsigned byte)
@@ -241,9 +256,10 @@ struct grammar_pool *grammar__matcher_pool(struct grammar_matcher *m);
 struct grammar *grammar__matcher_grammar(struct grammar_matcher *m);
 const struct grammar_vocab *grammar__matcher_vocab(struct grammar_matcher *m);
 
-/* Mask table for position pos (computed on first use, under g->mu). */
-const struct grammar_posmask *grammar__posmask(struct grammar *g, const struct grammar_vocab *v,
-                                               int pos);
+/* Mask table for a stack context (computed on first use, under g->mu).
+ * *owned: the table was not cached (cache full) and the caller frees it. */
+struct grammar_posmask *grammar__table(struct grammar *g, const struct grammar_vocab *v,
+                                       const int32_t *key, int n_key, bool root, bool *owned);
 void grammar__posmask_free(struct grammar_posmask *pm);
 
 #endif

@@ -675,7 +675,6 @@ int grammar__lower(struct grammar_builder *b, int root, struct grammar **out, st
                 if (g->elems[pos].kind == GRAMMAR_E_END) break;
             }
     compute_follow(g);
-    g->pm = xcalloc((size_t)(p.n ? p.n : 1), sizeof(*g->pm));
     *out = g;
 out_free_flags:
     free(prod);
@@ -736,9 +735,12 @@ struct grammar *grammar_ref(struct grammar *g)
 void grammar_unref(struct grammar *g)
 {
     if (!g || __atomic_sub_fetch(&g->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
-    for (int i = 0; i < g->n_elems; i++)
-        grammar__posmask_free(g->pm[i]);
-    free(g->pm);
+    for (int i = 0; i < g->cap_tabs; i++)
+        if (g->tabs[i].hash) {
+            grammar__posmask_free(g->tabs[i].pm);
+            free(g->tabs[i].key);
+        }
+    free(g->tabs);
     pthread_mutex_destroy(&g->mu);
     for (int r = 0; r < g->n_rules; r++)
         free(g->rule_names[r]);

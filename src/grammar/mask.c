@@ -68,7 +68,7 @@ static void push_range(struct i32list *l, const struct grammar_vocab *v, int fro
 }
 
 static struct grammar_posmask *compute(const struct grammar *g, const struct grammar_vocab *v,
-                                       int pos)
+                                       const int32_t *key, int n_key, bool root)
 {
     struct grammar_pool pool;
     grammar__pool_init(&pool);
@@ -76,11 +76,15 @@ static struct grammar_posmask *compute(const struct grammar *g, const struct gra
     struct grammar_state *st = xcalloc((size_t)D, sizeof(*st));
     bool *unc = xcalloc((size_t)D, 1);
     struct i32list acc = {0}, un = {0};
-    const uint64_t *follow = g->follow[g->rule_of[pos]];
+    /* Returning below the key means the deepest frame's rule finished. */
+    const uint64_t *follow = g->follow[g->rule_of[key[n_key - 1]]];
 
+    int32_t parent = root ? GRAMMAR_PARENT_ROOT : GRAMMAR_PARENT_UNKNW;
+    for (int i = n_key - 1; i >= 1; i--)
+        parent = grammar__node(&pool, key[i], parent);
     pool.gen++;
     grammar__state_reserve(&st[0], 1);
-    st[0].leaf[st[0].n++] = grammar__node(&pool, pos, GRAMMAR_PARENT_UNKNW);
+    st[0].leaf[st[0].n++] = grammar__node(&pool, key[0], parent);
     for (int i = 1; i < v->n_nodes;) {
         int d = v->tn_depth[i];
         unsigned b = v->tn_byte[i];
@@ -93,7 +97,7 @@ static struct grammar_posmask *compute(const struct grammar *g, const struct gra
             o->n = 0, o->accept = o->unknown = false;
         unc[d] = u;
         int t0 = v->tn_first[i], nt = v->tn_ntok[i];
-        if (o->n > 0 || o->unknown)
+        if (o->n > 0 || o->unknown || o->accept)
             push_range(&acc, v, t0, t0 + nt);
         else if (u)
             push_range(&un, v, t0, t0 + nt);
@@ -130,32 +134,75 @@ static struct grammar_posmask *compute(const struct grammar *g, const struct gra
     return pm;
 }
 
-const struct grammar_posmask *grammar__posmask(struct grammar *g, const struct grammar_vocab *v,
-                                               int pos)
+static uint64_t key_hash(const int32_t *key, int n, bool root)
 {
-    CHECK(pos >= 0 && pos < g->n_elems && g->elems[pos].kind == GRAMMAR_E_BYTES);
-    /* Fast path: tables are published with a release store once complete. */
-    struct grammar_posmask *pm = __atomic_load_n(&g->pm[pos], __ATOMIC_ACQUIRE);
-    if (pm) {
-        CHECK(g->vocab == v);
-        return pm;
+    uint64_t h = root ? 0x51ED27B4C3A9E1F3ull : 0x2545F4914F6CDD1Dull;
+    for (int i = 0; i < n; i++) {
+        h ^= (uint32_t)key[i];
+        h *= 0x9E3779B97F4A7C15ull;
+        h ^= h >> 29;
     }
+    return h ? h : 1;
+}
+
+static void tabs_grow(struct grammar *g)
+{
+    int cap = g->cap_tabs ? 2 * g->cap_tabs : 256;
+    struct grammar_ctxtab *t = xcalloc((size_t)cap, sizeof(*t));
+    for (int i = 0; i < g->cap_tabs; i++) {
+        if (!g->tabs[i].hash) continue;
+        size_t k = g->tabs[i].hash & (size_t)(cap - 1);
+        while (t[k].hash)
+            k = (k + 1) & (size_t)(cap - 1);
+        t[k] = g->tabs[i];
+    }
+    free(g->tabs);
+    g->tabs = t;
+    g->cap_tabs = cap;
+}
+
+struct grammar_posmask *grammar__table(struct grammar *g, const struct grammar_vocab *v,
+                                       const int32_t *key, int n_key, bool root, bool *owned)
+{
+    CHECK(n_key >= 1 && key[0] >= 0 && key[0] < g->n_elems &&
+          g->elems[key[0]].kind == GRAMMAR_E_BYTES);
+    uint64_t h = key_hash(key, n_key, root);
+    *owned = false;
     pthread_mutex_lock(&g->mu);
     if (!g->vocab) g->vocab = v;
     CHECK(g->vocab == v);
-    pm = g->pm[pos];
-    if (!pm) {
-        pm = compute(g, v, pos);
-        __atomic_store_n(&g->pm[pos], pm, __ATOMIC_RELEASE);
+    if (g->cap_tabs) {
+        for (size_t k = h & (size_t)(g->cap_tabs - 1); g->tabs[k].hash;
+             k = (k + 1) & (size_t)(g->cap_tabs - 1)) {
+            struct grammar_ctxtab *t = &g->tabs[k];
+            if (t->hash == h && t->n_key == n_key && t->root == root &&
+                memcmp(t->key, key, sizeof(int32_t) * (size_t)n_key) == 0) {
+                pthread_mutex_unlock(&g->mu);
+                return t->pm;
+            }
+        }
+    }
+    struct grammar_posmask *pm = compute(g, v, key, n_key, root);
+    g->n_builds++;
+    if (g->n_tabs >= GRAMMAR_MAX_TABLES) {
+        /* Bounded memory: beyond the cap a table serves one mask only. */
+        *owned = true;
+    } else {
+        if (2 * (g->n_tabs + 1) > g->cap_tabs) tabs_grow(g);
+        size_t k = h & (size_t)(g->cap_tabs - 1);
+        while (g->tabs[k].hash)
+            k = (k + 1) & (size_t)(g->cap_tabs - 1);
+        struct grammar_ctxtab *t = &g->tabs[k];
+        t->hash = h;
+        t->key = xmalloc(sizeof(int32_t) * (size_t)n_key);
+        memcpy(t->key, key, sizeof(int32_t) * (size_t)n_key);
+        t->n_key = n_key;
+        t->root = root;
+        t->pm = pm;
+        g->n_tabs++;
     }
     pthread_mutex_unlock(&g->mu);
     return pm;
-}
-
-void grammar_precompute(struct grammar *g, const struct grammar_vocab *v)
-{
-    for (int pos = 0; pos < g->n_elems; pos++)
-        if (g->elems[pos].kind == GRAMMAR_E_BYTES) grammar__posmask(g, v, pos);
 }
 
 int grammar_matcher_fill_mask(struct grammar_matcher *m, uint64_t *mask)
@@ -168,28 +215,36 @@ int grammar_matcher_fill_mask(struct grammar_matcher *m, uint64_t *mask)
     if (grammar_matcher_is_terminated(m)) return 0;
     const struct grammar_state *st = grammar__matcher_state(m);
     const struct grammar_pool *pool = grammar__matcher_pool(m);
-    /* Distinct top positions (a state has few leaves: linear dedup). */
-    int32_t tops_small[32], *tops = tops_small;
-    if (st->n > 32) tops = xmalloc(sizeof(int32_t) * (size_t)st->n);
-    int n_tops = 0;
-    for (int i = 0; i < st->n; i++) {
-        int32_t pos = pool->pos[st->leaf[i]];
-        bool seen = false;
-        for (int k = 0; k < n_tops && !seen; k++)
-            seen = tops[k] == pos;
-        if (!seen) tops[n_tops++] = pos;
+    int32_t key[GRAMMAR_CTX_DEPTH];
+    bool any_uncertain = false;
+    /* Leaves with equal top frames share one table; leaves are few, and
+     * equal stacks are equal nodes, so the only duplicates are stacks that
+     * differ below the key: the table lookup dedups those. */
+    struct grammar_posmask *tabs_small[16], **tabs = tabs_small;
+    bool owned_small[16], *owned = owned_small;
+    if (st->n > 16) {
+        tabs = xmalloc(sizeof(*tabs) * (size_t)st->n);
+        owned = xmalloc(sizeof(bool) * (size_t)st->n);
     }
-    for (int k = 0; k < n_tops; k++) {
-        const struct grammar_posmask *pm = grammar__posmask(g, v, tops[k]);
+    for (int i = 0; i < st->n; i++) {
+        int n_key = 0;
+        int32_t node = st->leaf[i];
+        while (node >= 0 && n_key < GRAMMAR_CTX_DEPTH) {
+            key[n_key++] = pool->pos[node];
+            node = pool->parent[node];
+        }
+        tabs[i] = grammar__table(g, v, key, n_key, node == GRAMMAR_PARENT_ROOT, &owned[i]);
+        const struct grammar_posmask *pm = tabs[i];
         if (pm->accept)
             for (int w = 0; w < words; w++)
                 mask[w] |= pm->accept[w];
         else
             for (int j = 0; j < pm->n_accept; j++)
                 mask[pm->accept_list[j] >> 6] |= 1ull << (pm->accept_list[j] & 63);
+        any_uncertain |= pm->n_uncertain > 0;
     }
-    for (int k = 0; k < n_tops; k++) {
-        const struct grammar_posmask *pm = grammar__posmask(g, v, tops[k]);
+    for (int i = 0; i < st->n && any_uncertain; i++) {
+        const struct grammar_posmask *pm = tabs[i];
         for (int j = 0; j < pm->n_uncertain; j++) {
             int32_t t = pm->uncertain[j];
             if ((mask[t >> 6] >> (t & 63)) & 1) continue;
@@ -197,7 +252,12 @@ int grammar_matcher_fill_mask(struct grammar_matcher *m, uint64_t *mask)
                 mask[t >> 6] |= 1ull << (t & 63);
         }
     }
-    if (tops != tops_small) free(tops);
+    for (int i = 0; i < st->n; i++)
+        if (owned[i]) grammar__posmask_free(tabs[i]);
+    if (tabs != tabs_small) {
+        free(tabs);
+        free(owned);
+    }
     if (st->accept)
         for (int k = 0; k < v->n_eog; k++)
             mask[v->eog[k] >> 6] |= 1ull << (v->eog[k] & 63);
@@ -205,4 +265,12 @@ int grammar_matcher_fill_mask(struct grammar_matcher *m, uint64_t *mask)
     for (int w = 0; w < words; w++)
         count += __builtin_popcountll(mask[w]);
     return count;
+}
+
+void grammar_table_stats(struct grammar *g, int *n_cached, uint64_t *n_built)
+{
+    pthread_mutex_lock(&g->mu);
+    *n_cached = g->n_tabs;
+    *n_built = g->n_builds;
+    pthread_mutex_unlock(&g->mu);
 }

@@ -133,12 +133,17 @@ void grammar__closure(const struct grammar *g, struct grammar_pool *p, int32_t p
             grammar__state_reserve(st, 1);
             st->leaf[st->n++] = n;
             break;
-        case GRAMMAR_E_REF:
+        case GRAMMAR_E_REF: {
+            /* A call in tail position returns straight to our parent (its
+             * own return would only END and pop again): no frame, so right
+             * recursion (x*, nested optionals) keeps the stack flat. */
+            int32_t ret = g->elems[at + 1].kind == GRAMMAR_E_END ? par : n;
             /* Alternatives pushed last-first so they are visited in order;
              * the order only affects leaf order, never the set. */
             for (int a = g->rule_alt0[el.arg + 1] - 1; a >= g->rule_alt0[el.arg]; a--)
-                work_push(p, &n_work, grammar__node(p, g->rule_alts[a], n));
+                work_push(p, &n_work, grammar__node(p, g->rule_alts[a], ret));
             break;
+        }
         default:
             if (par == GRAMMAR_PARENT_ROOT)
                 st->accept = true;
