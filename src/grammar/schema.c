@@ -346,7 +346,8 @@ static int gen_ref(struct sc *s, const char *ref, const char *path)
     if (s->n_refs >= SCHEMA_MAX_REFS) return fail_kw(s, path, "$ref", "too many references");
     json_t *target = resolve_pointer(s->root, ref);
     if (!target)
-        return fail_kw(s, path, "$ref", "only local references (#/...) that resolve are supported");
+        return fail_kw(s, path, "$ref",
+                       "not supported: only local references (#/...) that resolve");
     s->refs = xrealloc(s->refs, sizeof(*s->refs) * (size_t)(s->n_refs + 1));
     int r = grammar__rule(s->b, ref);
     s->refs[s->n_refs].ptr = xstrdup(ref);
@@ -657,7 +658,7 @@ static int gen_number(struct sc *s, json_t *node, const char *path)
     if (!hl && !hh) return number_rule(s, false);
     if ((hl && lo != floor(lo)) || (hh && hi != floor(hi)))
         return fail_kw(s, path, hl && lo != floor(lo) ? "minimum" : "maximum",
-                       "non-integer bounds are supported for \"type\": \"integer\" only");
+                       "non-integer bounds are not supported for type number (integer bounds are)");
     long long L = (long long)lo, H = (long long)hi;
     int r = helper(s, "num-range");
     /* x >= 0 */
@@ -1144,7 +1145,7 @@ static json_t *follow_refs(struct sc *s, json_t *node, const char *path, int *er
         node = resolve_pointer(s->root, json_string_value(ref));
         if (!node) {
             *err = fail_kw(s, path, "$ref",
-                           "only local references (#/...) that resolve are supported");
+                           "not supported: only local references (#/...) that resolve");
             return NULL;
         }
     }
