@@ -681,19 +681,26 @@ static int gen_number(struct sc *s, json_t *node, const char *path)
 
 static const char *format_regex(const char *f)
 {
-    if (strcmp(f, "date") == 0) return "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$";
+    if (strcmp(f, "date") == 0)
+        return "^[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|"
+               "30)|02-(0[1-9]|1[0-9]|2[0-9]))$";
     if (strcmp(f, "time") == 0)
         return "^([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|"
                "2[0-3]):[0-5][0-9])$";
     if (strcmp(f, "date-time") == 0)
-        return "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt]([01][0-9]|2[0-3]):[0-5][0-9]"
+        return "^[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|"
+               "30)|02-(0[1-9]|1[0-9]|2[0-9]))[Tt]([01][0-9]|2[0-3]):[0-5][0-9]"
                ":([0-5][0-9]|60)(\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$";
     if (strcmp(f, "uuid") == 0)
         return "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
     if (strcmp(f, "email") == 0)
-        return "^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/"
-               "=?^_`{|}~-]+)*@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-"
-               "9-]{0,61}[A-Za-z0-9])?)+$";
+        /* dot-atom local part: an atom of 1..32 characters and up to two
+         * more of 1..16 (within RFC 5321's 64), @, 2..8 DNS labels; bounded
+         * so that generation ends */
+        return "^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,32}(\\.[A-Za-z0-9!#$%&'*+/"
+               "=?^_`{|}~-]{1,16}){0,2}@"
+               "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}"
+               "[A-Za-z0-9])?){1,7}$";
     return NULL;
 }
 
@@ -1237,6 +1244,43 @@ static int merge_into(struct sc *s, json_t *dst, json_t *src, const char *path, 
     return 0;
 }
 
+/* additionalProperties of one allOf member also judges the properties the
+ * other members declare; merging would hide that, so it is refused. */
+static int check_allof_additional(struct sc *s, json_t *node, const char *path)
+{
+    json_t *all = json_object_get(node, "allOf");
+    size_t n = json_array_size(all), i, j;
+    int err = 0;
+    for (i = 0; i <= n; i++) {
+        json_t *x = i < n ? follow_refs(s, json_array_get(all, i), path, &err) : node;
+        if (!x) return err;
+        json_t *ap = json_is_object(x) ? json_object_get(x, "additionalProperties") : NULL;
+        if (!ap || json_is_true(ap)) continue;
+        json_t *own = json_object_get(x, "properties");
+        for (j = 0; j <= n; j++) {
+            if (j == i) continue;
+            json_t *y = j < n ? follow_refs(s, json_array_get(all, j), path, &err) : node;
+            if (!y) return err;
+            json_t *props = json_is_object(y) ? json_object_get(y, "properties") : NULL;
+            json_t *req = json_is_object(y) ? json_object_get(y, "required") : NULL;
+            const char *k;
+            json_t *v;
+            size_t r;
+            bool outside = false;
+            if (json_is_object(props))
+                json_object_foreach(props, k, v) outside |= !json_object_get(own, k);
+            if (json_is_array(req))
+                json_array_foreach(req, r, v) outside |=
+                    json_is_string(v) && !json_object_get(own, json_string_value(v));
+            if (outside)
+                return fail_kw(s, path, "allOf",
+                               "additionalProperties in one member with properties declared in "
+                               "another is not supported");
+        }
+    }
+    return 0;
+}
+
 static const char *SUPPORTED[] = {"type",
                                   "enum",
                                   "const",
@@ -1307,6 +1351,7 @@ static int gen(struct sc *s, json_t *node, const char *path)
             rc = fail_kw(s, path, "allOf", "must be an array");
             goto out;
         }
+        if ((rc = check_allof_additional(s, node, path))) goto out;
         json_t *m = json_object();
         rc = merge_into(s, m, node, path, 0);
         if (!rc) {
