@@ -166,6 +166,7 @@ struct grammar {
     int n_tabs;                        /* tables cached */
     int cap_tabs;                      /* power of two, or 0 */
     uint64_t n_builds;                 /* tables computed (cached or not) */
+    struct grammar_walker *walker;     /* nodes, states and transitions of table walks */
 };
 
 /* A mask table's context: the top frames of a stack. */
@@ -261,5 +262,6 @@ const struct grammar_vocab *grammar__matcher_vocab(struct grammar_matcher *m);
 struct grammar_posmask *grammar__table(struct grammar *g, const struct grammar_vocab *v,
                                        const int32_t *key, int n_key, bool root, bool *owned);
 void grammar__posmask_free(struct grammar_posmask *pm);
+void grammar__walker_free(struct grammar_walker *w);
 
 #endif

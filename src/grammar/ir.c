@@ -741,6 +741,7 @@ void grammar_unref(struct grammar *g)
             free(g->tabs[i].key);
         }
     free(g->tabs);
+    grammar__walker_free(g->walker);
     pthread_mutex_destroy(&g->mu);
     for (int r = 0; r < g->n_rules; r++)
         free(g->rule_names[r]);

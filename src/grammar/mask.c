@@ -67,13 +67,174 @@ static void push_range(struct i32list *l, const struct grammar_vocab *v, int fro
         list_push(l, v->order[k]);
 }
 
-static struct grammar_posmask *compute(const struct grammar *g, const struct grammar_vocab *v,
+/* ---- table walks: interned states and memoized transitions ----
+ *
+ * Every table walk of a grammar runs in one node pool (g->walker, under
+ * g->mu), where automaton states are interned (a sorted leaf set plus flags
+ * -> id) and each (state, byte) step is computed once. A walk over a 128K
+ * vocabulary does ~300K steps, but inside free text almost all of them are
+ * the same few transitions; and walks of neighbouring contexts (the n-th and
+ * (n+1)-th character of a bounded string) meet the same states. The walker
+ * is dropped and rebuilt when it grows past WALKER_MAX_NODES nodes (recursive
+ * grammars can reach unboundedly many stacks). */
+
+#define WALKER_MAX_NODES (1 << 22)
+
+struct wstate {
+    int64_t off;  /* first leaf in walker.leaves */
+    int32_t n;    /* leaves */
+    bool accept;  /* returned past the root */
+    bool unknown; /* returned into the unknown context */
+};
+
+struct grammar_walker {
+    struct grammar_pool pool; /* stack nodes of all walks */
+    int32_t *leaves;          /* (n_leaves) leaf node ids of every state, concatenated */
+    int64_t n_leaves, cap_leaves;
+    struct wstate *states; /* (n_states) interned states */
+    int n_states, cap_states;
+    int32_t *shash;           /* (n_shash) state id + 1 by hash, 0 empty */
+    int n_shash;              /* power of two */
+    uint64_t *tkey;           /* (n_thash) transition key (state << 8 | byte) + 1, 0 empty */
+    int32_t *tval;            /* (n_thash) next state */
+    int n_thash;              /* power of two */
+    int n_trans;              /* transitions stored */
+    struct grammar_state tmp; /* advance output scratch */
+};
+
+void grammar__walker_free(struct grammar_walker *w)
+{
+    if (!w) return;
+    grammar__pool_release(&w->pool);
+    free(w->leaves);
+    free(w->states);
+    free(w->shash);
+    free(w->tkey);
+    free(w->tval);
+    free(w->tmp.leaf);
+    free(w);
+}
+
+static struct grammar_walker *walker_new(void)
+{
+    struct grammar_walker *w = xcalloc(1, sizeof(*w));
+    grammar__pool_init(&w->pool);
+    w->n_shash = 1024;
+    w->shash = xcalloc((size_t)w->n_shash, sizeof(int32_t));
+    w->n_thash = 4096;
+    w->tkey = xcalloc((size_t)w->n_thash, sizeof(uint64_t));
+    w->tval = xmalloc(sizeof(int32_t) * (size_t)w->n_thash);
+    return w;
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t state_hash(const int32_t *l, int n, bool accept, bool unknown)
+{
+    uint64_t h = 0xCBF29CE484222325ull ^ (uint64_t)(accept | unknown << 1);
+    for (int i = 0; i < n; i++)
+        h = (h ^ (uint32_t)l[i]) * 0x100000001B3ull;
+    return h ^ (h >> 32);
+}
+
+static void shash_insert(struct grammar_walker *w, int id)
+{
+    const struct wstate *s = &w->states[id];
+    size_t k =
+        state_hash(w->leaves + s->off, s->n, s->accept, s->unknown) & (size_t)(w->n_shash - 1);
+    while (w->shash[k])
+        k = (k + 1) & (size_t)(w->n_shash - 1);
+    w->shash[k] = id + 1;
+}
+
+/* Id of the state (st's leaves sorted in place). */
+static int intern(struct grammar_walker *w, struct grammar_state *st)
+{
+    if (st->n > 1) qsort(st->leaf, (size_t)st->n, sizeof(int32_t), cmp_i32);
+    uint64_t h = state_hash(st->leaf, st->n, st->accept, st->unknown);
+    for (size_t k = h & (size_t)(w->n_shash - 1); w->shash[k];
+         k = (k + 1) & (size_t)(w->n_shash - 1)) {
+        const struct wstate *s = &w->states[w->shash[k] - 1];
+        if (s->n == st->n && s->accept == st->accept && s->unknown == st->unknown &&
+            memcmp(w->leaves + s->off, st->leaf, sizeof(int32_t) * (size_t)st->n) == 0)
+            return w->shash[k] - 1;
+    }
+    if (w->n_states == w->cap_states) {
+        w->cap_states = w->cap_states ? 2 * w->cap_states : 256;
+        w->states = xrealloc(w->states, sizeof(*w->states) * (size_t)w->cap_states);
+    }
+    if (w->n_leaves + st->n > w->cap_leaves) {
+        w->cap_leaves = MAX(2 * w->cap_leaves, w->n_leaves + st->n + 1024);
+        w->leaves = xrealloc(w->leaves, sizeof(int32_t) * (size_t)w->cap_leaves);
+    }
+    int id = w->n_states++;
+    w->states[id] = (struct wstate){w->n_leaves, st->n, st->accept, st->unknown};
+    memcpy(w->leaves + w->n_leaves, st->leaf, sizeof(int32_t) * (size_t)st->n);
+    w->n_leaves += st->n;
+    if (2 * w->n_states > w->n_shash) {
+        w->n_shash *= 2;
+        w->shash = xrealloc(w->shash, sizeof(int32_t) * (size_t)w->n_shash);
+        memset(w->shash, 0, sizeof(int32_t) * (size_t)w->n_shash);
+        for (int i = 0; i < w->n_states; i++)
+            shash_insert(w, i);
+    } else {
+        shash_insert(w, id);
+    }
+    return id;
+}
+
+static void thash_put(struct grammar_walker *w, uint64_t key, int32_t val)
+{
+    size_t k = (key * 0x9E3779B97F4A7C15ull >> 20) & (size_t)(w->n_thash - 1);
+    while (w->tkey[k])
+        k = (k + 1) & (size_t)(w->n_thash - 1);
+    w->tkey[k] = key + 1;
+    w->tval[k] = val;
+}
+
+/* The state after reading byte b in state sid. */
+static int step(const struct grammar *g, struct grammar_walker *w, int sid, unsigned b)
+{
+    uint64_t key = (uint64_t)sid << 8 | b;
+    for (size_t k = (key * 0x9E3779B97F4A7C15ull >> 20) & (size_t)(w->n_thash - 1); w->tkey[k];
+         k = (k + 1) & (size_t)(w->n_thash - 1))
+        if (w->tkey[k] == key + 1) return w->tval[k];
+    const struct wstate *s = &w->states[sid];
+    struct grammar_state in = {.leaf = w->leaves + s->off, .n = s->n, .cap = s->n};
+    grammar__advance(g, &w->pool, &in, b, &w->tmp);
+    int next = intern(w, &w->tmp);
+    if (2 * (w->n_trans + 1) > w->n_thash) {
+        int old = w->n_thash;
+        uint64_t *ok = w->tkey;
+        int32_t *ov = w->tval;
+        w->n_thash *= 2;
+        w->tkey = xcalloc((size_t)w->n_thash, sizeof(uint64_t));
+        w->tval = xmalloc(sizeof(int32_t) * (size_t)w->n_thash);
+        for (int i = 0; i < old; i++)
+            if (ok[i]) thash_put(w, ok[i] - 1, ov[i]);
+        free(ok);
+        free(ov);
+    }
+    thash_put(w, key, next);
+    w->n_trans++;
+    return next;
+}
+
+static struct grammar_posmask *compute(struct grammar *g, const struct grammar_vocab *v,
                                        const int32_t *key, int n_key, bool root)
 {
-    struct grammar_pool pool;
-    grammar__pool_init(&pool);
+    if (g->walker && g->walker->pool.n > WALKER_MAX_NODES) {
+        grammar__walker_free(g->walker);
+        g->walker = NULL;
+    }
+    if (!g->walker) g->walker = walker_new();
+    struct grammar_walker *w = g->walker;
     int D = v->max_depth + 1;
-    struct grammar_state *st = xcalloc((size_t)D, sizeof(*st));
+    int *sd = xmalloc(sizeof(int) * (size_t)D);
     bool *unc = xcalloc((size_t)D, 1);
     struct i32list acc = {0}, un = {0};
     /* Returning below the key means the deepest frame's rule finished. */
@@ -81,20 +242,20 @@ static struct grammar_posmask *compute(const struct grammar *g, const struct gra
 
     int32_t parent = root ? GRAMMAR_PARENT_ROOT : GRAMMAR_PARENT_UNKNW;
     for (int i = n_key - 1; i >= 1; i--)
-        parent = grammar__node(&pool, key[i], parent);
-    pool.gen++;
-    grammar__state_reserve(&st[0], 1);
-    st[0].leaf[st[0].n++] = grammar__node(&pool, key[0], parent);
+        parent = grammar__node(&w->pool, key[i], parent);
+    struct grammar_state st0 = {0};
+    grammar__state_reserve(&st0, 1);
+    st0.leaf[st0.n++] = grammar__node(&w->pool, key[0], parent);
+    sd[0] = intern(w, &st0);
+    free(st0.leaf);
     for (int i = 1; i < v->n_nodes;) {
         int d = v->tn_depth[i];
         unsigned b = v->tn_byte[i];
-        const struct grammar_state *in = &st[d - 1];
-        struct grammar_state *o = &st[d];
+        const struct wstate *in = &w->states[sd[d - 1]];
         bool u = unc[d - 1] || (in->unknown && grammar__set_has(follow, b));
-        if (in->n > 0)
-            grammar__advance(g, &pool, in, b, o);
-        else
-            o->n = 0, o->accept = o->unknown = false;
+        int o_id = step(g, w, sd[d - 1], b);
+        sd[d] = o_id;
+        const struct wstate *o = &w->states[o_id];
         unc[d] = u;
         int t0 = v->tn_first[i], nt = v->tn_ntok[i];
         if (o->n > 0 || o->unknown || o->accept)
@@ -126,11 +287,8 @@ static struct grammar_posmask *compute(const struct grammar *g, const struct gra
     pm->uncertain = un.a;
     pm->n_uncertain = un.n;
     free(acc.a);
-    for (int d = 0; d < D; d++)
-        free(st[d].leaf);
-    free(st);
+    free(sd);
     free(unc);
-    grammar__pool_release(&pool);
     return pm;
 }
 
