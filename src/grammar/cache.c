@@ -85,7 +85,7 @@ static struct grammar *lookup(struct grammar_cache *c, uint64_t h, enum grammar_
     for (int i = 0; i < c->n; i++) {
         struct cache_entry *e = &c->e[i];
         if (e->hash == h && e->kind == (int)kind && e->len == len &&
-            memcmp(e->src, src, len) == 0) {
+            (len == 0 || memcmp(e->src, src, len) == 0)) {
             e->used = ++c->tick;
             return grammar_ref(e->g);
         }
@@ -131,7 +131,7 @@ int grammar_cache_get(struct grammar_cache *c, enum grammar_kind kind, const cha
     e->hash = h;
     e->kind = (int)kind;
     e->src = xmalloc(len ? len : 1);
-    memcpy(e->src, src, len);
+    if (len) memcpy(e->src, src, len);
     e->len = len;
     e->g = grammar_ref(g);
     e->used = ++c->tick;

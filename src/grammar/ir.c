@@ -141,11 +141,11 @@ int grammar__ranges_negate(const struct grammar_cprange *r, int n, struct gramma
 void grammar__chars(struct grammar_builder *b, int r, const struct grammar_cprange *set, int n)
 {
     struct grammar_cprange *s = xmalloc(sizeof(*s) * (size_t)(n > 0 ? n : 1));
-    memcpy(s, set, sizeof(*s) * (size_t)n);
+    if (n > 0) memcpy(s, set, sizeof(*s) * (size_t)n);
     n = grammar__ranges_normalize(s, n);
     /* Single characters repeat a lot (literals): share them. */
     for (int i = b->n_sets - 1; i >= 0 && i >= b->n_sets - 64; i--)
-        if (b->set_n[i] == n && memcmp(b->sets[i], s, sizeof(*s) * (size_t)n) == 0) {
+        if (b->set_n[i] == n && (n == 0 || memcmp(b->sets[i], s, sizeof(*s) * (size_t)n) == 0)) {
             free(s);
             push(b, r, GRAMMAR_B_CHARS, i);
             return;

@@ -160,7 +160,8 @@ static int intern(struct grammar_walker *w, struct grammar_state *st)
          k = (k + 1) & (size_t)(w->n_shash - 1)) {
         const struct wstate *s = &w->states[w->shash[k] - 1];
         if (s->n == st->n && s->accept == st->accept && s->unknown == st->unknown &&
-            memcmp(w->leaves + s->off, st->leaf, sizeof(int32_t) * (size_t)st->n) == 0)
+            (st->n == 0 ||
+             memcmp(w->leaves + s->off, st->leaf, sizeof(int32_t) * (size_t)st->n) == 0))
             return w->shash[k] - 1;
     }
     if (w->n_states == w->cap_states) {
@@ -173,7 +174,7 @@ static int intern(struct grammar_walker *w, struct grammar_state *st)
     }
     int id = w->n_states++;
     w->states[id] = (struct wstate){w->n_leaves, st->n, st->accept, st->unknown};
-    memcpy(w->leaves + w->n_leaves, st->leaf, sizeof(int32_t) * (size_t)st->n);
+    if (st->n) memcpy(w->leaves + w->n_leaves, st->leaf, sizeof(int32_t) * (size_t)st->n);
     w->n_leaves += st->n;
     if (2 * w->n_states > w->n_shash) {
         w->n_shash *= 2;

@@ -207,7 +207,7 @@ static void state_copy(struct grammar_state *d, const struct grammar_state *s)
 {
     d->n = 0;
     grammar__state_reserve(d, s->n);
-    memcpy(d->leaf, s->leaf, sizeof(int32_t) * (size_t)s->n);
+    if (s->n) memcpy(d->leaf, s->leaf, sizeof(int32_t) * (size_t)s->n);
     d->n = s->n;
     d->accept = s->accept;
     d->unknown = s->unknown;

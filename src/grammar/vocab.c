@@ -58,7 +58,7 @@ struct grammar_vocab *grammar__vocab_build(int n_vocab, char *bytes, uint64_t *o
     v->cls = cls;
     v->n_eog = n_eog;
     v->eog = xmalloc(sizeof(int32_t) * (size_t)(n_eog ? n_eog : 1));
-    memcpy(v->eog, eog, sizeof(int32_t) * (size_t)n_eog);
+    if (n_eog) memcpy(v->eog, eog, sizeof(int32_t) * (size_t)n_eog);
     for (int i = 0; i < n_vocab; i++) {
         if (off[i + 1] == off[i]) cls[i] = GRAMMAR_TOKEN_CONTROL;
         for (int k = 0; k < n_eog; k++)
@@ -136,7 +136,7 @@ struct grammar_vocab *grammar_vocab_new(int n_vocab, const char *const *bytes, c
         off[i + 1] = off[i] + len[i];
     char *all = xmalloc(off[n_vocab] ? off[n_vocab] : 1);
     for (int i = 0; i < n_vocab; i++)
-        memcpy(all + off[i], bytes[i], len[i]);
+        if (len[i]) memcpy(all + off[i], bytes[i], len[i]);
     uint8_t *c = xmalloc((size_t)n_vocab);
     memcpy(c, cls, (size_t)n_vocab);
     return grammar__vocab_build(n_vocab, all, off, c, eog, n_eog);
