@@ -606,16 +606,129 @@ static int gen_integer(struct sc *s, json_t *node, const char *path)
     return r;
 }
 
-/* One sign of a bounded decimal: magnitudes y with lo <= y (lo < y when
- * lo_ex) and, if has_hi, y <= hi (y < hi when hi_ex); lo, hi integers >= 0.
- * With f = floor(y): f in [lo(+1), hi - 1] takes any fraction; f == lo needs a
- * non-zero fraction when lo is exclusive; f == hi needs a zero fraction. */
-static void dec_side(struct sc *s, int r, const char *sign, long long lo, bool lo_ex, bool has_hi,
-                     long long hi, bool hi_ex)
+/* A non-negative decimal bound: integer part and fraction digits (no
+ * trailing zeros), from the shortest fixed-point spelling of the double. */
+struct decbound {
+    long long ip; /* integer part */
+    char fr[24];  /* fraction digits, "" for an integer */
+    bool ex;      /* exclusive */
+};
+
+static void decbound_of(double v, bool ex, struct decbound *d)
+{
+    char t[64];
+    for (int p = 0; p <= 20; p++) {
+        snprintf(t, sizeof(t), "%.*f", p, v);
+        if (strtod(t, NULL) == v) break;
+    }
+    char *dot = strchr(t, '.');
+    d->ip = strtoll(t, NULL, 10);
+    d->fr[0] = 0;
+    if (dot) {
+        snprintf(d->fr, sizeof(d->fr), "%s", dot + 1);
+        for (size_t n = strlen(d->fr); n > 0 && d->fr[n - 1] == '0'; n--)
+            d->fr[n - 1] = 0;
+    }
+    d->ex = ex;
+}
+
+/* Fraction digit strings d (value 0.d) within bounds on the same integer
+ * part: lower `lf` (d >= lf, or d > lf when lx; NULL: none) and upper `hf`
+ * (d <= hf, or d < hf when hx; NULL: none), one digit at a time. allow_empty:
+ * d may end here (always inside; at the top the caller handles "no
+ * fraction"). Returns a rule, or -1 when nothing qualifies. */
+static int frac_between(struct sc *s, const char *lf, bool lx, const char *hf, bool hx,
+                        bool allow_empty, int depth)
 {
     struct grammar_builder *b = s->b;
-    long long a = lo_ex ? lo + 1 : lo, c = has_hi ? hi - 1 : -1;
+    if (!lf && !hf) return digits(s, allow_empty ? 0 : 1, 32);
+    if (depth > 40) return -1;
+    int r = helper(s, "frac-range");
+    bool any = false;
+    /* d ends: the rest is zero, so the value equals the digits so far */
+    bool lo_ok_zero = !lf || (!*lf && !lx);
+    bool hi_ok_zero = !hf || *hf || !hx;
+    if (allow_empty && lo_ok_zero && hi_ok_zero) {
+        grammar__alt(b, r);
+        any = true;
+    }
+    for (unsigned d = '0'; d <= '9'; d++) {
+        const char *nl = lf, *nh = hf;
+        bool dead = false;
+        if (lf) {
+            unsigned c = *lf ? (unsigned char)*lf : '0';
+            if (!*lf && lx) /* need a non-zero digit somewhere */
+                nl = d > '0' ? NULL : lf;
+            else if (!*lf)
+                nl = NULL;
+            else if (d > c)
+                nl = NULL;
+            else if (d == c)
+                nl = lf + 1;
+            else
+                dead = true;
+        }
+        if (hf && !dead) {
+            if (!*hf)
+                dead = hx || d > '0'; /* only zeros may follow, and only for <= */
+            else if (d < (unsigned char)*hf)
+                nh = NULL;
+            else if (d == (unsigned char)*hf)
+                nh = hf + 1;
+            else
+                dead = true;
+        }
+        if (dead) continue;
+        int rest = frac_between(s, nl, lx, nh, hx, true, depth + 1);
+        if (rest < 0) continue;
+        grammar__alt(b, r);
+        chars(s, r, d, d);
+        grammar__ref(b, r, rest);
+        any = true;
+    }
+    return any ? r : -1;
+}
+
+/* Appends `sign ip` with a fraction part (or none) within the bounds as one
+ * alternative of r; lo / hi NULL when that side does not constrain. */
+static void int_then_frac(struct sc *s, int r, const char *sign, long long ip,
+                          const struct decbound *lo, const struct decbound *hi)
+{
+    struct grammar_builder *b = s->b;
+    const char *lf = lo ? lo->fr : NULL, *hf = hi ? hi->fr : NULL;
+    bool lx = lo && lo->ex, hx = hi && hi->ex;
+    bool none_ok = (!lf || (!*lf && !lx)) && (!hf || *hf || !hx);
+    int fr = frac_between(s, lf, lx, hf, hx, false, 0);
+    if (!none_ok && fr < 0) return;
     char t[24];
+    snprintf(t, sizeof(t), "%lld", ip);
+    int part = helper(s, "frac-part");
+    if (none_ok) grammar__alt(b, part);
+    if (fr >= 0) {
+        grammar__alt(b, part);
+        lit(s, part, ".");
+        grammar__ref(b, part, fr);
+    }
+    grammar__alt(b, r);
+    lit(s, r, sign);
+    lit(s, r, t);
+    grammar__ref(b, r, part);
+}
+
+/* One sign of a bounded decimal: magnitudes y above lo and (if has_hi) below
+ * hi. With f = floor(y): f strictly between the integer parts takes any
+ * fraction; f equal to lo's integer part needs a fraction above lo's; f
+ * equal to hi's one below hi's; both when they are the same integer. */
+static void dec_side(struct sc *s, int r, const char *sign, const struct decbound *lo, bool has_hi,
+                     const struct decbound *hi)
+{
+    struct grammar_builder *b = s->b;
+    if (has_hi && lo->ip == hi->ip) {
+        int_then_frac(s, r, sign, lo->ip, lo, hi);
+        return;
+    }
+    if (has_hi && lo->ip > hi->ip) return;
+    long long a = lo->ip + 1, c = has_hi ? hi->ip - 1 : -1;
     if (!has_hi || (c >= 0 && a <= c)) {
         int frac = helper(s, "frac");
         grammar__alt(b, frac);
@@ -626,27 +739,8 @@ static void dec_side(struct sc *s, int r, const char *sign, long long lo, bool l
         grammar__ref(b, r, nat_range(s, a, has_hi ? c : -1));
         grammar__ref(b, r, grammar__repeat(b, "frac", frac, 0, 1));
     }
-    if (lo_ex && (!has_hi || lo < hi)) {
-        snprintf(t, sizeof(t), "%lld", lo);
-        grammar__alt(b, r);
-        lit(s, r, sign);
-        lit(s, r, t);
-        lit(s, r, ".");
-        grammar__ref(b, r, digits(s, 0, 31));
-        chars(s, r, '1', '9');
-        grammar__ref(b, r, digits(s, 0, 31));
-    }
-    if (has_hi && !hi_ex && (hi > lo || (hi == lo && !lo_ex))) {
-        snprintf(t, sizeof(t), "%lld", hi);
-        int z = helper(s, "zero-frac");
-        grammar__alt(b, z);
-        lit(s, z, ".");
-        grammar__ref(b, z, grammar__repeat(b, "zeros", rule_lit(s, "0"), 1, 32));
-        grammar__alt(b, r);
-        lit(s, r, sign);
-        lit(s, r, t);
-        grammar__ref(b, r, grammar__repeat(b, "zero-frac", z, 0, 1));
-    }
+    int_then_frac(s, r, sign, lo->ip, lo, NULL);
+    if (has_hi) int_then_frac(s, r, sign, hi->ip, NULL, hi);
 }
 
 static int gen_number(struct sc *s, json_t *node, const char *path)
@@ -656,23 +750,20 @@ static int gen_number(struct sc *s, json_t *node, const char *path)
     int rc = bounds(s, node, path, &hl, &lo, &le, &hh, &hi, &he);
     if (rc) return rc;
     if (!hl && !hh) return number_rule(s, false);
-    if ((hl && lo != floor(lo)) || (hh && hi != floor(hi)))
-        return fail_kw(s, path, hl && lo != floor(lo) ? "minimum" : "maximum",
-                       "non-integer bounds are not supported for type number (integer bounds are)");
-    long long L = (long long)lo, H = (long long)hi;
+    if (hl && hh && (lo > hi || (lo == hi && (le || he)))) return grammar__rule(s->b, "empty");
     int r = helper(s, "num-range");
-    /* x >= 0 */
-    if (!(hh && (H < 0 || (H == 0 && he)))) {
-        if (hl && L >= 0)
-            dec_side(s, r, "", L, le, hh, H, he);
-        else
-            dec_side(s, r, "", 0, false, hh, H, he);
+    struct decbound zero_in = {0, "", false}, zero_ex = {0, "", true}, L, H;
+    /* x >= 0: y = x above max(lo, 0), below hi */
+    if (!(hh && (hi < 0 || (hi == 0 && he)))) {
+        if (hl && lo >= 0) decbound_of(lo, le, &L);
+        if (hh) decbound_of(hi, he, &H);
+        dec_side(s, r, "", hl && lo >= 0 ? &L : &zero_in, hh, &H);
     }
-    /* x = -y < 0 */
-    if (!(hl && L >= 0)) {
-        long long ylo = hh && H < 0 ? -H : 0;
-        bool ylo_ex = hh && H < 0 ? he : true;
-        dec_side(s, r, "-", ylo, ylo_ex, hl, hl ? -L : 0, hl ? le : false);
+    /* x = -y < 0: y above -hi (or above 0), below -lo */
+    if (!(hl && lo >= 0)) {
+        if (hh && hi < 0) decbound_of(-hi, he, &H);
+        if (hl) decbound_of(-lo, le, &L);
+        dec_side(s, r, "-", hh && hi < 0 ? &H : &zero_ex, hl, &L);
     }
     return r;
 }
