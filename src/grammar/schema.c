@@ -50,6 +50,7 @@ struct sc {
     int depth;                                                    /* current nesting */
     int ws, value, string, number, integer, jchar, object, array; /* shared rules, -1 until made */
     int n_helpers;                                                /* helper counter */
+    int digits_memo[34][34]; /* rule + 1 of [0-9]{min,max}; 0 until made */
 };
 
 enum {
@@ -149,7 +150,10 @@ static int string_rule(struct sc *s, int min, int max)
 
 static int digits(struct sc *s, int min, int max)
 {
-    return grammar__repeat(s->b, "digits", rule_chars(s, '0', '9'), min, max);
+    CHECK(min >= 0 && min <= 33 && max >= 0 && max <= 33);
+    int *slot = &s->digits_memo[min][max];
+    if (!*slot) *slot = 1 + grammar__repeat(s->b, "digits", rule_chars(s, '0', '9'), min, max);
+    return *slot - 1;
 }
 
 static int number_rule(struct sc *s, bool integer)
@@ -632,6 +636,15 @@ static void decbound_of(double v, bool ex, struct decbound *d)
     d->ex = ex;
 }
 
+/* Whether fraction digit d decides both bounds at once (any tail follows). */
+static bool free_digit(const char *lf, bool lx, const char *hf, bool hx, unsigned d)
+{
+    bool lo_free = !lf || (!*lf && (!lx || d > '0')) || (*lf && d > (unsigned char)*lf);
+    bool hi_free = !hf || (*hf && d < (unsigned char)*hf);
+    (void)hx;
+    return lo_free && hi_free;
+}
+
 /* Fraction digit strings d (value 0.d) within bounds on the same integer
  * part: lower `lf` (d >= lf, or d > lf when lx; NULL: none) and upper `hf`
  * (d <= hf, or d < hf when hx; NULL: none), one digit at a time. allow_empty:
@@ -679,6 +692,18 @@ static int frac_between(struct sc *s, const char *lf, bool lx, const char *hf, b
                 dead = true;
         }
         if (dead) continue;
+        if (!nl && !nh) {
+            /* decided: any tail; neighbouring decided digits share one alternative */
+            unsigned e = d;
+            while (e < '9' && free_digit(lf, lx, hf, hx, e + 1))
+                e++;
+            grammar__alt(b, r);
+            chars(s, r, d, e);
+            grammar__ref(b, r, digits(s, 0, 31));
+            any = true;
+            d = e;
+            continue;
+        }
         int rest = frac_between(s, nl, lx, nh, hx, true, depth + 1);
         if (rest < 0) continue;
         grammar__alt(b, r);
@@ -697,6 +722,7 @@ static void int_then_frac(struct sc *s, int r, const char *sign, long long ip,
     struct grammar_builder *b = s->b;
     const char *lf = lo ? lo->fr : NULL, *hf = hi ? hi->fr : NULL;
     bool lx = lo && lo->ex, hx = hi && hi->ex;
+    if (lf && !*lf && !lx) lf = NULL; /* ">= n.0" constrains no fraction */
     bool none_ok = (!lf || (!*lf && !lx)) && (!hf || *hf || !hx);
     int fr = frac_between(s, lf, lx, hf, hx, false, 0);
     if (!none_ok && fr < 0) return;
