@@ -1,33 +1,36 @@
 /*
- * mask.c - which tokens may come next: per-position tables plus a run-time
- * check of the few tokens whose fate depends on the stack.
+ * mask.c - which tokens may come next: tables per stack context plus a
+ * run-time check of the few tokens whose fate lies deeper in the stack.
  *
- * The idea is XGrammar's adaptive token mask cache. A matcher state is a set
- * of stacks; each stack's top is a BYTES position pos inside some rule R.
- * For each token, walking its bytes from that top either
+ * The idea is XGrammar's adaptive token mask cache, keyed by context. A
+ * matcher state is a set of stacks. Take the top K frames of a stack (K =
+ * GRAMMAR_CTX_DEPTH; their positions are the key) and forget what lies below
+ * (UNKNOWN), or keep "the stack ends here" (ROOT) when it is no deeper. For
+ * each token, walking its bytes from that key either
  *
- *   - stays inside R (or in rules R calls) until the bytes run out:
- *     accepted, whatever lies below R on the stack;
- *   - dies inside R: rejected, whatever lies below;
- *   - reaches the end of R with bytes left: the verdict depends on what
- *     follows R on this particular stack - "uncertain".
+ *   - stays within the key's frames (or frames pushed above them) until the
+ *     bytes run out: accepted, whatever lies below;
+ *   - dies there: rejected, whatever lies below;
+ *   - returns below the key with bytes left: "uncertain" - it depends on
+ *     the frames that were cut off (only for stacks deeper than K).
  *
- * So per position we precompute, once per grammar and vocabulary, the
- * accepted set (a bitmap, or a list when short) and the uncertain list, by
- * walking the vocabulary trie from the stack (pos, UNKNOWN): common prefixes
- * are read once, and a subtree is cut as soon as no stack survives. An
- * uncertain token whose next byte cannot follow R anywhere in the grammar
- * (R's FOLLOW set) is rejected outright, which keeps the uncertain lists
- * short (e.g. in a JSON string only tokens like `",` or `"}` remain).
+ * One walk of the vocabulary trie per key computes the accepted set (a
+ * bitmap, or a list when short) and the uncertain list: common prefixes are
+ * read once, and a subtree is cut as soon as no stack survives. An uncertain
+ * token whose next byte cannot follow the deepest frame's rule anywhere in
+ * the grammar (its FOLLOW set) is rejected outright. Walks share one node
+ * pool per grammar with interned states and memoized transitions, so the
+ * ~300K steps of a walk over a large vocabulary are mostly table lookups.
  *
- * At run time, fill_mask ORs the accepted sets of the state's distinct top
- * positions and walks each uncertain token's bytes from the real state.
+ * At run time, fill_mask ORs the tables of the state's stacks and walks each
+ * uncertain token's bytes from the real state:
  *
- *   mask = OR(accept[pos] for pos in tops)  |  {t in uncertain[pos]: walk(state, t) ok}
+ *   mask = OR(accept[key(s)] for s in stacks) | {t in uncertain: walk(state, t) ok}
  *          | EOG tokens if the state accepts
  *
- * Tables are computed lazily, under the grammar's mutex, the first time a
- * state has that position on top (grammar_precompute does all of them).
+ * Tables are computed lazily under the grammar's mutex and cached in the
+ * grammar (at most GRAMMAR_MAX_TABLES; beyond that a table serves one mask),
+ * so every request compiled from the same source reuses them.
  *
  * Thread: any thread with its own matcher; the tables are shared.
  */
