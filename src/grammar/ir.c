@@ -113,7 +113,7 @@ static int cmp_range(const void *a, const void *b)
 
 int grammar__ranges_normalize(struct grammar_cprange *r, int n)
 {
-    qsort(r, (size_t)n, sizeof(*r), cmp_range);
+    if (n > 1) qsort(r, (size_t)n, sizeof(*r), cmp_range);
     int k = 0;
     for (int i = 0; i < n; i++) {
         if (r[i].lo > r[i].hi) continue;
@@ -140,9 +140,17 @@ int grammar__ranges_negate(const struct grammar_cprange *r, int n, struct gramma
 
 void grammar__chars(struct grammar_builder *b, int r, const struct grammar_cprange *set, int n)
 {
-    struct grammar_cprange *s = xmalloc(sizeof(*s) * (size_t)(n > 0 ? n : 1));
-    if (n > 0) memcpy(s, set, sizeof(*s) * (size_t)n);
-    n = grammar__ranges_normalize(s, n);
+    /* Surrogates are not characters in UTF-8: cut them out here, so a set
+     * of nothing but surrogates is empty (and its alternative dropped). */
+    struct grammar_cprange *s = xmalloc(sizeof(*s) * (size_t)(2 * n + 1));
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t lo = set[i].lo, hi = set[i].hi > GRAMMAR_MAX_CP ? GRAMMAR_MAX_CP : set[i].hi;
+        if (lo > hi) continue;
+        if (lo < 0xD800) s[k++] = (struct grammar_cprange){lo, hi < 0xD800 ? hi : 0xD7FF};
+        if (hi > 0xDFFF) s[k++] = (struct grammar_cprange){lo > 0xE000 ? lo : 0xE000, hi};
+    }
+    n = grammar__ranges_normalize(s, k);
     /* Single characters repeat a lot (literals): share them. */
     for (int i = b->n_sets - 1; i >= 0 && i >= b->n_sets - 64; i--)
         if (b->set_n[i] == n && (n == 0 || memcmp(b->sets[i], s, sizeof(*s) * (size_t)n) == 0)) {

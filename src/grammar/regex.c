@@ -556,6 +556,7 @@ int grammar__regex_build(struct grammar_builder *b, const char *src, size_t len,
             else if (c == '|' && d == 0)
                 break;
         }
+        if (end > p.n) end = p.n; /* a trailing backslash stepped past the end */
         size_t stop = end;
         if (stop > p.i && p.s[stop - 1] == '$') {
             /* an escaped \$ is a literal */

@@ -127,6 +127,11 @@ TEST(regex_dialect)
     EXPECT(compile_error(GRAMMAR_REGEX, "(a", "expected ')'"));
     EXPECT(compile_error(GRAMMAR_REGEX, "*a", "nothing to repeat"));
     EXPECT(compile_error(GRAMMAR_REGEX, "a)", "unbalanced"));
+    /* found by fuzzing: a lone surrogate is no character, a trailing
+     * backslash, an empty class */
+    EXPECT(compile_error(GRAMMAR_REGEX, "\\uD800", "matches no input"));
+    EXPECT(compile_error(GRAMMAR_REGEX, "ab\\", "ends with"));
+    EXPECT_EQ_INT(match(GRAMMAR_REGEX, "[]x|y", "y"), 1);
 }
 
 TEST(schema_types)
