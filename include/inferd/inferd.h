@@ -121,6 +121,21 @@ struct inferd_sampling {
 
 void inferd_sampling_default(struct inferd_sampling *s);
 
+/* Structured output: the generated text must match a grammar. */
+enum inferd_grammar_kind {
+    INFERD_GRAMMAR_NONE = 0,        /* unconstrained */
+    INFERD_GRAMMAR_EBNF = 1,        /* GBNF text, start rule `root` (docs/grammar.md) */
+    INFERD_GRAMMAR_REGEX = 2,       /* regex matching the whole output */
+    INFERD_GRAMMAR_JSON_SCHEMA = 3, /* JSON Schema document: output is JSON it accepts */
+    INFERD_GRAMMAR_JSON_OBJECT = 4, /* any JSON object (source unused) */
+};
+
+struct inferd_grammar {
+    enum inferd_grammar_kind kind; /* NONE: no constraint */
+    const char *source;            /* (len) grammar text, compiled (and cached) at submit */
+    size_t len;                    /* bytes of source */
+};
+
 struct inferd_request {
     const int32_t *prompt;           /* (n_prompt) token ids, copied at submit */
     int n_prompt;                    /* >= 1 */
@@ -130,6 +145,12 @@ struct inferd_request {
     const char *cache_salt;          /* (cache_salt_len) bytes; NULL/empty: shared cache */
     size_t cache_salt_len;           /* only requests with equal salts share KV blocks */
     struct inferd_sampling sampling; /* how to pick tokens */
+    struct inferd_grammar grammar;   /* optional constraint: tokens are drawn from those that
+                                        keep the output in the grammar (masked logits are -inf,
+                                        logprobs are of the masked distribution); the request
+                                        finishes with STOP when the grammar is complete and
+                                        allows nothing more, and end-of-generation tokens are
+                                        allowed only where the grammar is complete */
 };
 
 enum inferd_finish {
@@ -155,14 +176,16 @@ struct inferd_event {
     int n_prompt;                        /* usage: prompt tokens (on finish) */
     int n_cached;    /* usage: of those, read from the prefix cache (on finish) */
     int n_generated; /* usage: generated so far */
-    int error;       /* on INFERD_FINISH_ERROR: the code */
+    int error;       /* on INFERD_FINISH_ERROR: the code (ERR_INTERNAL if a grammar
+                        allows no token of this vocabulary) */
 };
 
 /* Validates and queues the request; everything it points to is copied.
  * Errors, with a message naming the field: ERR_INVALID (bad token id,
  * max_tokens, sampling parameter), ERR_TOO_LARGE (prompt, or prompt +
  * max_tokens, longer than max_ctx), ERR_OVERLOADED (max_waiting requests
- * wait already; nothing was queued). */
+ * wait already; nothing was queued); a grammar that does not compile is
+ * ERR_INVALID with "grammar: ...". */
 int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id, char *err,
                   size_t err_len);
 /* Finishes the request now: its KV blocks are released before this returns

@@ -7,6 +7,7 @@
 #define INFERD_CMD_H
 
 int cmd_run(int argc, char **argv);
+int cmd_grammar(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_bench_engine(int argc, char **argv);
 int cmd_model_info(int argc, char **argv);

@@ -8,19 +8,21 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: inferd <command> [options]\n"
-                 "\n"
-                 "commands:\n"
-                 "  serve         the HTTP API server (OpenAI and Anthropic APIs)\n"
-                 "  run           generate from a prompt on the command line\n"
-                 "  logits        write the logits of every prompt position (float32)\n"
-                 "  bench-engine  prefill / decode speed, as a share of this machine's limits\n"
-                 "  model info    describe a GGUF model file\n"
-                 "  model make    write a random-weight test model with a real tokenizer\n"
-                 "  tokenize      text -> token ids with a model's tokenizer\n"
-                 "  template      print the prompt a model's chat template makes of a chat\n"
-                 "\n"
-                 "run 'inferd <command> --help' for a command's options.\n");
+    fprintf(out,
+            "usage: inferd <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  serve         the HTTP API server (OpenAI and Anthropic APIs)\n"
+            "  run           generate from a prompt on the command line\n"
+            "  logits        write the logits of every prompt position (float32)\n"
+            "  bench-engine  prefill / decode speed, as a share of this machine's limits\n"
+            "  model info    describe a GGUF model file\n"
+            "  model make    write a random-weight test model with a real tokenizer\n"
+            "  tokenize      text -> token ids with a model's tokenizer\n"
+            "  template      print the prompt a model's chat template makes of a chat\n"
+            "  grammar       structured output: check a grammar, generate under one, bench masks\n"
+            "\n"
+            "run 'inferd <command> --help' for a command's options.\n");
 }
 
 int main(int argc, char **argv)
@@ -35,6 +37,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "template")) return cmd_template(argc - 1, argv + 1);
+    if (!strcmp(cmd, "grammar")) return cmd_grammar(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench-engine")) return cmd_bench_engine(argc - 1, argv + 1);
     if (!strcmp(cmd, "model")) {
         if (argc >= 3 && !strcmp(argv[2], "info")) return cmd_model_info(argc - 2, argv + 2);

@@ -40,6 +40,14 @@
  * reads K/V from the cache (a fresh token writes its K/V first, then reads
  * it back), so it sees the same rounded values whether its context was
  * computed in this step, an earlier step, or by another request.
+
+ * Structured output: a request with a grammar has a matcher (constrain.h);
+ * before sampling it fills the request's token mask, the sampler puts -inf
+ * outside it, and the sampled token advances the matcher. Three small hooks
+ * (grammar_hook_*) are the whole coupling.
+ *
+ * Sampling is keyed by (seed, position) and logits are batch-invariant
+ * (forward.h), so a request's events are the same whatever else runs.
  *
  * Thread model: every entry point is called from one thread at a time (the
  * owner of the engine); compute fans out to the thread pool inside fwd_run.
@@ -48,6 +56,7 @@
 
 #include "base/check.h"
 #include "base/tpool.h"
+#include "engine/constrain.h"
 #include "engine/forward.h"
 #include "engine/sampler.h"
 #include "kernels/kernels.h"
@@ -95,6 +104,9 @@ struct req {
     int batch_seq;            /* index in the current batch's seqs, or -1 */
     int rank;                 /* position in this step's priority order */
     uint64_t preempted_in;    /* step serial of the last preemption (0: never) */
+
+    struct grammar_matcher *gm; /* structured output state, or NULL */
+    uint64_t *mask;             /* ((n_vocab + 63) / 64) allowed tokens when gm */
 };
 
 struct inferd_engine {
@@ -123,6 +135,8 @@ struct inferd_engine {
     struct inferd_event *events;       /* ring of pending events */
     int ev_head, ev_count, ev_cap;     /* ring state */
     struct inferd_stats stats;         /* counters (gauges filled in by inferd_engine_stats) */
+
+    struct constrain constrain; /* grammar vocabulary + compile cache (lazy) */
 };
 
 const char *inferd_strerror(int code)
@@ -322,6 +336,7 @@ int inferd_engine_new(inferd_model *im, const struct inferd_engine_config *cfg_i
     e->b_seq_req = xmalloc(sizeof(struct req *) * (size_t)cfg.max_seqs);
     e->logits = xaligned_alloc(sizeof(float) * B * (size_t)hp->n_vocab);
     e->stats.kv_blocks_total = cfg.kv_blocks;
+    constrain_init(&e->constrain, im->m, im->eog, im->n_eog);
     *out = e;
     return 0;
 
@@ -337,6 +352,8 @@ static void req_free(struct inferd_engine *e, struct req *r)
     free(r->tokens);
     free(r->ids);
     free((void *)r->sp.logit_bias);
+    grammar_matcher_free(r->gm);
+    free(r->mask);
     free(r);
 }
 
@@ -352,6 +369,7 @@ void inferd_engine_free(inferd_engine *e)
     if (e->sampler) sampler_free(e->sampler);
     kv_prefix_release(&e->prefix); /* after the requests released their blocks */
     kv_pool_release(&e->kv);
+    constrain_release(&e->constrain);
     free(e->b_tokens);
     free(e->b_pos);
     free(e->b_seq);
@@ -397,6 +415,40 @@ static int count_state(const struct inferd_engine *e, enum req_state st)
     for (int i = 0; i < e->n_reqs; i++)
         n += e->reqs[i]->state == st;
     return n;
+}
+
+/* ---- structured output hooks (engine/constrain.h) ---- */
+
+/* At submit: compiles the request's grammar and gives it a matcher. */
+static int grammar_hook_submit(struct inferd_engine *e, const struct inferd_request *r,
+                               struct req *q, struct err_msg *msg)
+{
+    const struct inferd_grammar *g = &r->grammar;
+    if (g->kind == INFERD_GRAMMAR_NONE) return 0;
+    if (g->kind < INFERD_GRAMMAR_EBNF || g->kind > INFERD_GRAMMAR_JSON_OBJECT)
+        return err_set(msg, ERR_INVALID, "grammar.kind: unknown kind %d", (int)g->kind);
+    if (!g->source && g->len > 0) return err_set(msg, ERR_INVALID, "grammar.source: missing");
+    int rc = constrain_attach(&e->constrain, (enum grammar_kind)g->kind, g->source ? g->source : "",
+                              g->len, &q->gm, msg);
+    if (rc) return rc;
+    q->mask = xmalloc(sizeof(uint64_t) * (size_t)((e->model->m->hp.n_vocab + 63) / 64));
+    return 0;
+}
+
+/* Before sampling: points the sampler at the request's mask. Returns false
+ * if the grammar allows no token at all (a grammar this vocabulary cannot
+ * spell). */
+static bool grammar_hook_mask(struct req *q)
+{
+    if (!q->gm) return true;
+    q->sp.allowed = q->mask;
+    return constrain_mask(q->gm, q->mask) > 0;
+}
+
+/* After sampling: advances the grammar; true when it is complete. */
+static bool grammar_hook_done(struct req *q, int32_t token)
+{
+    return q->gm && constrain_advance(q->gm, token);
 }
 
 int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id, char *err,
@@ -448,6 +500,11 @@ int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id
     struct req *q = xcalloc(1, sizeof(*q));
     to_sampler_params(&r->sampling, &q->sp);
     if ((rc = sampler_params_validate(&q->sp, n_vocab, &msg))) {
+        free((void *)q->sp.logit_bias);
+        free(q);
+        goto err;
+    }
+    if ((rc = grammar_hook_submit(e, r, q, &msg))) {
         free((void *)q->sp.logit_bias);
         free(q);
         goto err;
@@ -768,6 +825,14 @@ int inferd_engine_step(inferd_engine *e)
     for (int j = 0; j < n_out; j++) {
         struct req *q = e->b_out_req[j];
         struct sampler_result res;
+        if (!grammar_hook_mask(q)) {
+            struct inferd_event *ev = push_event(e);
+            ev->request = q->id;
+            ev->token = -1;
+            ev->error = ERR_INTERNAL;
+            finish(e, q, INFERD_FINISH_ERROR, ev);
+            continue;
+        }
         rc = sampler_sample(e->sampler, &q->sp, e->logits + (size_t)j * n_vocab, q->tokens,
                             q->n_prompt, q->tokens + q->n_prompt, q->n_tokens - q->n_prompt,
                             q->n_tokens, &res);
@@ -784,7 +849,7 @@ int inferd_engine_step(inferd_engine *e)
             ev->top[i].logprob = res.top[i].logprob;
         }
         ev->n_generated = q->n_tokens - q->n_prompt;
-        if (!q->ignore_eos && is_eog(e->model, res.token))
+        if (grammar_hook_done(q, res.token) || (!q->ignore_eos && is_eog(e->model, res.token)))
             finish(e, q, INFERD_FINISH_STOP, ev);
         else if (q->n_tokens - q->n_prompt >= q->max_tokens)
             finish(e, q, INFERD_FINISH_LENGTH, ev);

@@ -76,6 +76,7 @@ struct sampler {
     uint64_t *keys_tmp;         /* (V) radix sort ping-pong buffer */
     int32_t hist_n[256];        /* lazy path: tokens per bucket (BUCKET_NONE: non-candidates) */
     double bucket_w[N_BUCKETS]; /* typical weight in each bucket, to estimate masses */
+    float *masked;              /* (V) logits with disallowed tokens at -inf (params.allowed) */
 };
 
 /* Per-call values shared by the steps below. */
@@ -264,6 +265,7 @@ void sampler_params_default(struct sampler_params *p)
     p->seed = 0;
     p->logprobs = false;
     p->n_logprobs = 0;
+    p->allowed = NULL;
 }
 
 int sampler_params_validate(const struct sampler_params *p, int n_vocab, struct err_msg *msg)
@@ -338,6 +340,7 @@ struct sampler *sampler_new(int n_vocab)
     s->ids = xmalloc(v * sizeof(*s->ids));
     s->keys = xmalloc(v * sizeof(*s->keys));
     s->keys_tmp = xmalloc(v * sizeof(*s->keys_tmp));
+    s->masked = xmalloc(v * sizeof(*s->masked));
     return s;
 }
 
@@ -353,6 +356,7 @@ void sampler_free(struct sampler *s)
     free(s->ids);
     free(s->keys);
     free(s->keys_tmp);
+    free(s->masked);
     free(s);
 }
 
@@ -934,6 +938,13 @@ int sampler_sample(struct sampler *s, const struct sampler_params *p, const floa
     if (rc) return rc;
     if (n_prompt < 0 || n_generated < 0 || position < 0) return ERR_INVALID;
     if ((n_prompt > 0 && !prompt) || (n_generated > 0 && !generated)) return ERR_INVALID;
+    if (p->allowed) {
+        /* Disallowed tokens become -inf: never chosen whatever their bias,
+         * and absent from the logprob normalizer. */
+        for (int i = 0; i < s->n_vocab; i++)
+            s->masked[i] = (p->allowed[i >> 6] >> (i & 63)) & 1 ? logits[i] : -INFINITY;
+        logits = s->masked;
+    }
 
     rc = build_overrides(s, p, logits, prompt, n_prompt, generated, n_generated);
     if (rc) goto out_clear;

@@ -68,8 +68,17 @@
  * the chosen token's logprob and the n_logprobs best alternatives (raw rank
  * order: logprob descending, then id).
  *
- * Memory: a struct sampler holds scratch sized for n_vocab (about 50 bytes per
- * token, ~7.5 MB at 152k) allocated once by sampler_new; sampling never
+ * Token masks (params.allowed, e.g. from a grammar): tokens outside the mask
+ * get the raw logit -inf before step 1, so they are never chosen, whatever
+ * their bias, and - deliberately - logprobs are those of the *masked*
+ * distribution: the log-softmax over the allowed tokens only. That is the
+ * distribution the token was actually drawn from, so a chosen token's
+ * logprob is never below what its probability of being picked implies, and
+ * alternatives never list tokens the grammar forbids. A mask with no finite
+ * allowed logit is ERR_INVALID like any all-non-finite row.
+ *
+ * Memory: a struct sampler holds scratch sized for n_vocab (about 54 bytes per
+ * token, ~8 MB at 152k) allocated once by sampler_new; sampling never
  * allocates. Parameters and token arrays are caller-owned and only read during
  * the call.
  *
@@ -110,6 +119,8 @@ struct sampler_params {
     uint64_t seed;      /* keys the draws, with the position; n > 1 choices need distinct seeds */
     bool logprobs;      /* compute result.logprob (costs a vocab pass) */
     int32_t n_logprobs; /* 0..SAMPLER_MAX_LOGPROBS alternatives; > 0 needs logprobs */
+    const uint64_t *allowed; /* ((n_vocab + 63) / 64) bitmap of tokens that may be chosen
+                                (bit i of word i / 64), e.g. a grammar mask; NULL = all */
 };
 
 /* A token with its raw logprob. */

@@ -1,0 +1,447 @@
+/*
+ * cmd_grammar.c - `inferd grammar`: structured output from the command line.
+ *
+ *   inferd grammar check  GRAMMAR [--dump]        compile, report size or the error
+ *   inferd grammar gen    -m MODEL GRAMMAR [...]  constrained generations, one JSON
+ *                                                 line each: {"finish","text","tokens"}
+ *   inferd grammar bench  -m MODEL GRAMMAR [...]  compile time and mask latency
+ *
+ *   GRAMMAR: --ebnf FILE | --regex RE | --json-schema FILE | --json-object
+ *
+ * `gen` runs the real engine (inferd_submit with a grammar; many requests in
+ * one batch) and prints each output's text decoded from the grammar
+ * vocabulary's token bytes; the random-model test suite feeds these lines to
+ * a JSON Schema validator. `bench` drives a matcher directly over the model's
+ * vocabulary: random walks through the grammar, timing every mask; it reports
+ * cold figures (mask tables computed as their contexts first appear) and warm
+ * ones (the same walks again, every table cached).
+ */
+#include "base/buf.h"
+#include "base/check.h"
+#include "base/timeutil.h"
+#include "cmd/args.h"
+#include "cmd/cmd.h"
+#include "gguf/gguf.h"
+#include "grammar/grammar.h"
+#include "inferd/inferd.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void grammar_usage(void)
+{
+    fprintf(stderr,
+            "usage: inferd grammar check GRAMMAR [--dump]\n"
+            "       inferd grammar gen -m MODEL GRAMMAR [--count N] [-n MAX_TOKENS] [--seed S]\n"
+            "                          [--temp T] [--threads N]\n"
+            "       inferd grammar bench -m MODEL GRAMMAR [--walks N] [--steps N] [--json]\n"
+            "GRAMMAR: --ebnf FILE | --regex RE | --json-schema FILE | --json-object\n");
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    struct buf b = {0};
+    char tmp[65536];
+    size_t n;
+    while ((n = fread(tmp, 1, sizeof(tmp), f)) > 0)
+        buf_append(&b, tmp, n);
+    fclose(f);
+    *len = b.len;
+    buf_putc(&b, 0);
+    return b.data;
+}
+
+struct gopts {
+    enum grammar_kind kind; /* 0 until given */
+    char *src;              /* grammar text (owned) */
+    size_t len;             /* bytes */
+    const char *model;      /* -m */
+    long count, max_tokens, seed, threads, walks, steps;
+    double temp;
+    bool dump, json;
+};
+
+static int parse(int argc, char **argv, struct gopts *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val;
+        if (!strcmp(a, "--json-object")) {
+            o->kind = GRAMMAR_JSON_OBJECT;
+            continue;
+        }
+        if (!strcmp(a, "--dump")) {
+            o->dump = true;
+            continue;
+        }
+        if (!strcmp(a, "--json")) {
+            o->json = true;
+            continue;
+        }
+        if (!(val = arg_value(argc, argv, &i))) return -1;
+        if (!strcmp(a, "--ebnf") || !strcmp(a, "--json-schema")) {
+            o->kind = !strcmp(a, "--ebnf") ? GRAMMAR_EBNF : GRAMMAR_JSON_SCHEMA;
+            free(o->src);
+            if (!(o->src = read_file(val, &o->len))) {
+                fprintf(stderr, "inferd: grammar: cannot read '%s'\n", val);
+                return -1;
+            }
+        } else if (!strcmp(a, "--regex")) {
+            o->kind = GRAMMAR_REGEX;
+            free(o->src);
+            o->src = xstrdup(val);
+            o->len = strlen(val);
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            o->model = val;
+        } else if (!strcmp(a, "--count")) {
+            if (!arg_int(a, val, 1, 100000, &o->count)) return -1;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
+            if (!arg_int(a, val, 1, 1 << 20, &o->max_tokens)) return -1;
+        } else if (!strcmp(a, "--seed")) {
+            if (!arg_int(a, val, 0, 1L << 62, &o->seed)) return -1;
+        } else if (!strcmp(a, "--threads")) {
+            if (!arg_int(a, val, 1, 256, &o->threads)) return -1;
+        } else if (!strcmp(a, "--walks")) {
+            if (!arg_int(a, val, 1, 100000, &o->walks)) return -1;
+        } else if (!strcmp(a, "--steps")) {
+            if (!arg_int(a, val, 1, 1000000, &o->steps)) return -1;
+        } else if (!strcmp(a, "--temp")) {
+            if (!arg_float(a, val, 0, 100, &o->temp)) return -1;
+        } else {
+            fprintf(stderr, "inferd: grammar: unknown option '%s'\n", a);
+            return -1;
+        }
+    }
+    if (!o->kind) {
+        fprintf(stderr,
+                "inferd: grammar: give one of --ebnf, --regex, --json-schema, --json-object\n");
+        return -1;
+    }
+    if (!o->src) o->src = xstrdup("");
+    return 0;
+}
+
+static int check(struct gopts *o)
+{
+    struct err_msg m = {{0}};
+    struct grammar *g;
+    double t0 = time_now_s();
+    int rc = grammar_compile(o->kind, o->src, o->len, &g, &m);
+    double t1 = time_now_s();
+    if (rc) {
+        fprintf(stderr, "inferd: grammar: %s\n", m.text);
+        return 1;
+    }
+    struct buf b = {0};
+    grammar_dump(g, &b);
+    if (o->dump) fwrite(b.data, 1, b.len, stdout);
+    int rules = 0;
+    for (size_t i = 0; i < b.len; i++)
+        rules += b.data[i] == '\n';
+    printf("ok: %s grammar, %d rules, compiled in %.3f ms\n", grammar_kind_name(o->kind), rules,
+           (t1 - t0) * 1e3);
+    buf_release(&b);
+    grammar_unref(g);
+    return 0;
+}
+
+static struct grammar_vocab *load_vocab(const char *path, inferd_model *model)
+{
+    struct gguf_file *f;
+    struct err_msg m = {{0}};
+    if (gguf_open(path, &f, &m)) {
+        fprintf(stderr, "inferd: grammar: %s\n", m.text);
+        return NULL;
+    }
+    int32_t eog[16];
+    int n_eog = inferd_model_eog_tokens(model, eog, 16);
+    struct grammar_vocab *v = NULL;
+    if (grammar_vocab_from_gguf(f, inferd_model_n_vocab(model), eog, n_eog, &v, &m))
+        fprintf(stderr, "inferd: grammar: %s\n", m.text);
+    gguf_close(f);
+    return v;
+}
+
+static int gen(struct gopts *o)
+{
+    char err[512];
+    inferd_model *model;
+    if (inferd_model_load(o->model, &model, err, sizeof(err))) {
+        fprintf(stderr, "inferd: cannot load model '%s': %s\n", o->model, err);
+        return 1;
+    }
+    int rc = 1;
+    struct grammar_vocab *v = load_vocab(o->model, model);
+    if (!v) goto out_model;
+    long count = o->count ? o->count : 1, max_tokens = o->max_tokens ? o->max_tokens : 256;
+    struct inferd_engine_config cfg;
+    inferd_engine_config_default(&cfg);
+    cfg.n_threads = (int)o->threads;
+    cfg.max_seqs = (int)MIN(count, 64);
+    cfg.max_ctx = (int)max_tokens + 8;
+    inferd_engine *e;
+    if (inferd_engine_new(model, &cfg, &e, err, sizeof(err))) {
+        fprintf(stderr, "inferd: cannot create engine: %s\n", err);
+        goto out_vocab;
+    }
+    int n_vocab = inferd_model_n_vocab(model);
+    struct buf *text = xcalloc((size_t)count, sizeof(struct buf));
+    int *n_tok = xcalloc((size_t)count, sizeof(int));
+    uint64_t *ids = xcalloc((size_t)count, sizeof(uint64_t));
+    for (long k = 0; k < count; k++) {
+        int32_t prompt[4];
+        for (int i = 0; i < 4; i++)
+            prompt[i] = (int32_t)((k * 7919 + (long)i * 104729 + o->seed) % n_vocab);
+        struct inferd_request r = {.prompt = prompt, .n_prompt = 4, .max_tokens = (int)max_tokens};
+        inferd_sampling_default(&r.sampling);
+        r.sampling.temperature = o->temp > 0 ? (float)o->temp : 1.0f;
+        r.sampling.seed = (uint64_t)o->seed * 1000003u + (uint64_t)k;
+        r.grammar.kind = (enum inferd_grammar_kind)o->kind;
+        r.grammar.source = o->src;
+        r.grammar.len = o->len;
+        if (inferd_submit(e, &r, &ids[k], err, sizeof(err))) {
+            fprintf(stderr, "inferd: grammar gen: %s\n", err);
+            goto out_engine;
+        }
+    }
+    long finished = 0;
+    while (finished < count) {
+        int n = inferd_engine_step(e);
+        if (n < 0) {
+            fprintf(stderr, "inferd: step failed: %s\n", inferd_strerror(n));
+            goto out_engine;
+        }
+        struct inferd_event ev;
+        while (inferd_poll(e, &ev)) {
+            long k = (long)(ev.request - ids[0]);
+            CHECK(k >= 0 && k < count);
+            if (ev.token >= 0) {
+                n_tok[k]++;
+                uint32_t len;
+                const char *b = grammar_vocab_bytes(v, ev.token, &len);
+                if (!grammar_vocab_is_eog(v, ev.token)) buf_append(&text[k], b, len);
+            }
+            if (ev.finish == INFERD_FINISH_NONE) continue;
+            finished++;
+            const char *why = ev.finish == INFERD_FINISH_STOP     ? "stop"
+                              : ev.finish == INFERD_FINISH_LENGTH ? "length"
+                                                                  : "error";
+            json_t *line =
+                json_pack("{s:i,s:s,s:s%,s:i}", "index", (int)k, "finish", why, "text",
+                          text[k].data ? text[k].data : "", text[k].len, "tokens", n_tok[k]);
+            char *s = line ? json_dumps(line, JSON_COMPACT) : NULL;
+            if (s)
+                printf("%s\n", s);
+            else /* not UTF-8: cannot happen for JSON grammars; report it */
+                printf("{\"index\":%ld,\"finish\":\"%s\",\"invalid_utf8\":true}\n", k, why);
+            free(s);
+            json_decref(line);
+        }
+        if (n == 0 && finished < count) {
+            fprintf(stderr, "inferd: grammar gen: the engine stalled\n");
+            goto out_engine;
+        }
+    }
+    rc = 0;
+out_engine:
+    for (long k = 0; k < count; k++)
+        buf_release(&text[k]);
+    free(text);
+    free(n_tok);
+    free(ids);
+    inferd_engine_free(e);
+out_vocab:
+    grammar_vocab_free(v);
+out_model:
+    inferd_model_free(model);
+    return rc;
+}
+
+/* Thread CPU seconds: mask and compile times are measured on the thread's
+ * CPU clock, so that a busy machine (other processes taking the cores) does
+ * not show up as mask latency; wall-clock totals are printed next to them. */
+static double cpu_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+struct stat_out {
+    double mean_us; /* mean mask time */
+    double p50_us;  /* median */
+    double p99_us;  /* 99th percentile */
+    double max_us;  /* worst */
+    long n;         /* masks timed */
+};
+
+static void summarize(double *t, long n, struct stat_out *s)
+{
+    qsort(t, (size_t)n, sizeof(double), cmp_double);
+    double sum = 0;
+    for (long i = 0; i < n; i++)
+        sum += t[i];
+    s->n = n;
+    s->mean_us = n ? sum / (double)n * 1e6 : 0;
+    s->p50_us = n ? t[n / 2] * 1e6 : 0;
+    s->p99_us = n ? t[(long)((double)(n - 1) * 0.99)] * 1e6 : 0;
+    s->max_us = n ? t[n - 1] * 1e6 : 0;
+}
+
+static uint64_t splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Random walks: each step fills a mask (timed) and takes a random allowed
+ * token. Returns the number of masks timed into t. */
+static long walks(struct grammar *g, struct grammar_vocab *v, long n_walks, long n_steps,
+                  uint64_t seed, double *t, long *n_done)
+{
+    int n_vocab = grammar_vocab_n(v);
+    uint64_t *mask = xmalloc(sizeof(uint64_t) * (size_t)((n_vocab + 63) / 64));
+    int32_t *allowed = xmalloc(sizeof(int32_t) * (size_t)n_vocab);
+    long n = 0;
+    *n_done = 0;
+    for (long w = 0; w < n_walks; w++) {
+        struct grammar_matcher *m = grammar_matcher_new(g, v);
+        for (long s = 0; s < n_steps; s++) {
+            double t0 = cpu_now_s();
+            int cnt = grammar_matcher_fill_mask(m, mask);
+            t[n++] = cpu_now_s() - t0;
+            if (cnt == 0) break;
+            int k = 0;
+            for (int i = 0; i < n_vocab; i++)
+                if ((mask[i >> 6] >> (i & 63)) & 1) allowed[k++] = i;
+            /* Prefer ending when possible half of the time, so walks
+             * complete and cover the whole grammar. */
+            int32_t tok = allowed[splitmix(&seed) % (uint64_t)k];
+            CHECK(grammar_matcher_accept_token(m, tok));
+            if (grammar_matcher_is_terminated(m)) {
+                (*n_done)++;
+                break;
+            }
+        }
+        grammar_matcher_free(m);
+    }
+    free(mask);
+    free(allowed);
+    return n;
+}
+
+static int bench(struct gopts *o)
+{
+    char err[512];
+    inferd_model *model;
+    if (inferd_model_load(o->model, &model, err, sizeof(err))) {
+        fprintf(stderr, "inferd: cannot load model '%s': %s\n", o->model, err);
+        return 1;
+    }
+    int rc = 1;
+    double tv0 = time_now_s();
+    struct grammar_vocab *v = load_vocab(o->model, model);
+    double tv1 = time_now_s();
+    if (!v) goto out_model;
+    struct err_msg m = {{0}};
+    struct grammar *g = NULL;
+    /* compile: best of 5 fresh compiles (parse + lower, no mask tables) */
+    double compile_s = 1e9;
+    for (int i = 0; i < 5; i++) {
+        double t0 = cpu_now_s();
+        if (grammar_compile(o->kind, o->src, o->len, &g, &m)) {
+            fprintf(stderr, "inferd: grammar: %s\n", m.text);
+            goto out_vocab;
+        }
+        double t1 = cpu_now_s();
+        compile_s = MIN(compile_s, t1 - t0);
+        if (i < 4) grammar_unref(g);
+    }
+    long n_walks = o->walks ? o->walks : 20, n_steps = o->steps ? o->steps : 400;
+    double *tc = xmalloc(sizeof(double) * (size_t)(n_walks * n_steps + 1));
+    double *tw = xmalloc(sizeof(double) * (size_t)(n_walks * n_steps + 1));
+    long done_c, done_w;
+    /* cold: tables are computed as contexts first appear; warm: the same
+     * walks again (every table cached) */
+    double t0 = time_now_s(), c0 = cpu_now_s();
+    long nc = walks(g, v, n_walks, n_steps, 1, tc, &done_c);
+    double t1 = time_now_s(), c1 = cpu_now_s();
+    long nw = walks(g, v, n_walks, n_steps, 1, tw, &done_w);
+    struct stat_out sc, sw;
+    summarize(tc, nc, &sc);
+    summarize(tw, nw, &sw);
+    int n_tabs;
+    uint64_t n_built;
+    grammar_table_stats(g, &n_tabs, &n_built);
+    if (o->json) {
+        printf("{\"vocab\":%d,\"vocab_build_ms\":%.3f,\"compile_ms\":%.3f,\"tables\":%d,"
+               "\"clock\":\"thread_cpu\",\"cold\":{\"masks\":%ld,\"total_cpu_ms\":%.1f,\"mean_us\":"
+               "%.2f,\"p50_us\":%.2f,"
+               "\"p99_us\":%.2f,\"max_us\":%.2f,\"walks_completed\":%ld},"
+               "\"warm\":{\"masks\":%ld,\"mean_us\":%.2f,\"p50_us\":%.2f,\"p99_us\":%.2f,"
+               "\"max_us\":%.2f,\"walks_completed\":%ld}}\n",
+               grammar_vocab_n(v), (tv1 - tv0) * 1e3, compile_s * 1e3, n_tabs, sc.n,
+               (c1 - c0) * 1e3, sc.mean_us, sc.p50_us, sc.p99_us, sc.max_us, done_c, sw.n,
+               sw.mean_us, sw.p50_us, sw.p99_us, sw.max_us, done_w);
+    } else {
+        printf("vocabulary: %d tokens, bytes + trie built in %.1f ms\n", grammar_vocab_n(v),
+               (tv1 - tv0) * 1e3);
+        printf("compile (parse + lower): %.3f ms\n", compile_s * 1e3);
+        printf("times are thread CPU time\n");
+        printf("cold masks (%d context tables computed on first use, %.1f ms CPU, %.1f ms wall): "
+               "%ld masks, mean %.1f us, p50 %.1f us, p99 %.1f us, max %.1f us; %ld/%ld walks "
+               "completed\n",
+               n_tabs, (c1 - c0) * 1e3, (t1 - t0) * 1e3, sc.n, sc.mean_us, sc.p50_us, sc.p99_us,
+               sc.max_us, done_c, n_walks);
+        printf("warm masks: %ld masks, mean %.1f us, p50 %.1f us, p99 %.1f us, max %.1f us; "
+               "%ld/%ld walks completed\n",
+               sw.n, sw.mean_us, sw.p50_us, sw.p99_us, sw.max_us, done_w, n_walks);
+    }
+    free(tc);
+    free(tw);
+    grammar_unref(g);
+    rc = 0;
+out_vocab:
+    grammar_vocab_free(v);
+out_model:
+    inferd_model_free(model);
+    return rc;
+}
+
+int cmd_grammar(int argc, char **argv)
+{
+    if (argc < 2) {
+        grammar_usage();
+        return 2;
+    }
+    const char *sub = argv[1];
+    struct gopts o = {0};
+    int rc = 2;
+    if (parse(argc - 1, argv + 1, &o)) goto usage;
+    if (!strcmp(sub, "check"))
+        rc = check(&o);
+    else if (!strcmp(sub, "gen") && o.model)
+        rc = gen(&o);
+    else if (!strcmp(sub, "bench") && o.model)
+        rc = bench(&o);
+    else
+        goto usage;
+    free(o.src);
+    return rc;
+usage:
+    free(o.src);
+    grammar_usage();
+    return 2;
+}

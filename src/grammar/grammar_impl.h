@@ -1,0 +1,267 @@
+/*
+ * grammar_impl.h - what the grammar module's files share: the builder that
+ * front ends fill, the lowered program, and the stack-node pool of the
+ * pushdown automaton.
+ *
+ * Builder (ir.c). A grammar under construction is a list of rules; a rule is
+ * a list of alternatives; an alternative is a sequence of elements, each a
+ * set of Unicode code points (one character) or a reference to a rule.
+ * Repetition, optionals and groups are spelled with helper rules
+ * (grammar__repeat), so the IR itself has only sequence and alternation.
+ *
+ * Lowered program (struct grammar). Every code-point set becomes UTF-8 byte
+ * sequences (surrogates removed), so the automaton reads bytes and a token
+ * that ends inside a multi-byte character simply leaves the automaton in the
+ * middle of that character's byte sequence. The program is one flat array:
+ *
+ *   elems:  [BYTES s0][REF r2][END] [BYTES s1][END] ...
+ *            ^ alternative 0 of rule 0  ^ alternative 1 ...
+ *
+ * A position is an index into elems. A stack is a chain of nodes
+ * (pos, parent): pos is where matching continues; parent is the node to
+ * resume when the alternative ends (its pos points at the REF that called).
+ * The state of a matcher is the set of stacks whose top pos is a BYTES
+ * element (leaves) plus a flag for "a stack returned past the start rule"
+ * (accepting). Nodes are hash-consed in a pool, so equal stacks are equal ids
+ * and sets of stacks stay small even for ambiguous grammars.
+ *
+ * Checks done when lowering (each an ERR_INVALID naming the rule): undefined
+ * rules, left recursion (a rule reaching itself without reading a byte, which
+ * would make the closure infinite), a start rule that derives no finite
+ * string. Alternatives that can never finish are dropped.
+ */
+#ifndef INFERD_GRAMMAR_IMPL_H
+#define INFERD_GRAMMAR_IMPL_H
+
+#include "base/err.h"
+#include "grammar/grammar.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define GRAMMAR_MAX_CP       0x10FFFFu
+#define GRAMMAR_MAX_ELEMS    (1 << 20) /* lowered program size limit */
+#define GRAMMAR_MAX_RULES    (1 << 16) /* builder rules limit */
+#define GRAMMAR_MAX_REPEAT   1000      /* largest finite bound in x{m,n} */
+#define GRAMMAR_INF          (-1)      /* unbounded repetition maximum */
+#define GRAMMAR_PARENT_ROOT  (-1)      /* stack bottom of a real matcher */
+#define GRAMMAR_PARENT_UNKNW (-2)      /* stack bottom standing for "any context" */
+#define GRAMMAR_CTX_DEPTH    64        /* stack frames that key a mask table */
+#define GRAMMAR_MAX_TABLES   8192      /* mask tables cached per grammar */
+
+/* ---- builder ---- */
+
+struct grammar_cprange {
+    uint32_t lo; /* first code point */
+    uint32_t hi; /* last code point, inclusive */
+};
+
+enum grammar_bkind { GRAMMAR_B_CHARS, GRAMMAR_B_REF };
+
+struct grammar_belem {
+    int kind; /* enum grammar_bkind */
+    int arg;  /* CHARS: charset index; REF: rule index */
+};
+
+struct grammar_balt {
+    struct grammar_belem *e; /* (n) elements in order */
+    int n;                   /* elements */
+    int cap;                 /* allocated */
+};
+
+struct grammar_brule {
+    char *name;                /* for messages; owned */
+    struct grammar_balt *alts; /* (n_alts) */
+    int n_alts;                /* alternatives */
+    int cap;                   /* allocated */
+    bool defined;              /* EBNF: a definition was seen */
+};
+
+struct grammar_builder {
+    struct grammar_brule *rules;   /* (n_rules) */
+    int n_rules;                   /* rules */
+    int cap_rules;                 /* allocated */
+    struct grammar_cprange **sets; /* (n_sets) charsets, each sorted, merged */
+    int *set_n;                    /* (n_sets) ranges per charset */
+    int n_sets;                    /* charsets */
+    int cap_sets;                  /* allocated */
+    int n_elems;                   /* elements pushed so far (size limit) */
+    bool too_large;                /* a size limit was hit */
+};
+
+void grammar__builder_init(struct grammar_builder *b);
+void grammar__builder_release(struct grammar_builder *b);
+/* A new empty rule (no alternatives yet); name copied. Returns its index. */
+int grammar__rule(struct grammar_builder *b, const char *name);
+/* Starts a new alternative of rule r; later pushes append to it. */
+void grammar__alt(struct grammar_builder *b, int r);
+/* Appends a reference to rule ref to the current alternative of r. */
+void grammar__ref(struct grammar_builder *b, int r, int ref);
+/* Appends one character from a set of ranges (normalized here; an empty set
+ * is allowed and matches nothing). */
+void grammar__chars(struct grammar_builder *b, int r, const struct grammar_cprange *set, int n);
+/* Appends the characters of a UTF-8 string literally (invalid UTF-8 bytes are
+ * taken as code points U+0080..U+00FF would be wrong, so the caller passes
+ * valid UTF-8; ASCII is always fine). */
+void grammar__lit(struct grammar_builder *b, int r, const char *s, size_t n);
+/* A new rule matching `item` repeated min..max times (max GRAMMAR_INF:
+ * unbounded). */
+int grammar__repeat(struct grammar_builder *b, const char *name, int item, int min, int max);
+/* Normalizes a range list in place (sort, merge); returns the new count. */
+int grammar__ranges_normalize(struct grammar_cprange *r, int n);
+/* Complement within [0, 0x10FFFF]; writes up to n+1 ranges to out. */
+int grammar__ranges_negate(const struct grammar_cprange *r, int n, struct grammar_cprange *out);
+/* Lowers the builder (start rule `root`) into a grammar. */
+int grammar__lower(struct grammar_builder *b, int root, struct grammar **out, struct err_msg *msg);
+
+/* Front ends: fill b and return the start rule, or a negative error. */
+int grammar__ebnf_build(struct grammar_builder *b, const char *src, size_t len,
+                        struct err_msg *msg);
+/* Regex as a rule. json_string: characters are emitted in their JSON string
+ * spelling (inside a string literal); whole: the regex must match the whole
+ * input (anchors optional) versus JSON Schema `pattern` search semantics. */
+int grammar__regex_build(struct grammar_builder *b, const char *src, size_t len, bool json_string,
+                         bool search, struct err_msg *msg);
+int grammar__schema_build(struct grammar_builder *b, const char *src, size_t len, bool any_object,
+                          struct err_msg *msg);
+
+/* ---- lowered program ---- */
+
+enum grammar_ekind { GRAMMAR_E_BYTES, GRAMMAR_E_REF, GRAMMAR_E_END };
+
+struct grammar_elem {
+    int32_t kind; /* enum grammar_ekind */
+    int32_t arg;  /* BYTES: byte set index; REF: rule; END: the rule it ends */
+};
+
+/* Mask table for one vocabulary and one stack context (the top frames of a
+ * stack): the verdict for every token, given those frames and nothing about
+ * what lies below them. */
+struct grammar_posmask {
+    uint64_t *accept;     /* (n_words) tokens accepted whatever the context, or NULL: */
+    int32_t *accept_list; /* (n_accept) the same as a list when that is smaller */
+    int n_accept;         /* tokens accepted */
+    int32_t *uncertain;   /* (n_uncertain) tokens that leave the rule: check at run time */
+    int n_uncertain;      /* entries */
+};
+
+struct grammar {
+    int refs;                   /* references (atomic) */
+    struct grammar_elem *elems; /* (n_elems) the program */
+    int n_elems;                /* positions */
+    int *rule_alts;             /* (rule_alt0[n_rules]) start position of each alternative */
+    int *rule_alt0;             /* (n_rules + 1) first entry of each rule in rule_alts */
+    int n_rules;                /* rules */
+    char **rule_names;          /* (n_rules) owned */
+    int root;                   /* start rule */
+    uint64_t (*sets)[4];        /* (n_sets) 256-bit byte sets */
+    int n_sets;                 /* byte sets */
+    int *rule_of;               /* (n_elems) rule each position belongs to */
+    uint64_t (*follow)[4];      /* (n_rules) bytes that may follow a finished rule */
+
+    pthread_mutex_t mu;                /* guards the fields below */
+    const struct grammar_vocab *vocab; /* the vocabulary of the tables (set on first use) */
+    struct grammar_ctxtab *tabs;       /* (cap_tabs) open-addressed mask tables by context */
+    int n_tabs;                        /* tables cached */
+    int cap_tabs;                      /* power of two, or 0 */
+    uint64_t n_builds;                 /* tables computed (cached or not) */
+    struct grammar_walker *walker;     /* nodes, states and transitions of table walks */
+};
+
+/* A mask table's context: the top frames of a stack. */
+struct grammar_ctxtab {
+    uint64_t hash;              /* of key and root; 0 = empty slot */
+    int32_t *key;               /* (n_key) positions: top first, then each frame's return */
+    int n_key;                  /* frames */
+    bool root;                  /* the stack ends at the root below key (else: unknown) */
+    struct grammar_posmask *pm; /* the table */
+};
+
+static inline bool grammar__set_has(const uint64_t set[4], unsigned byte)
+{
+    return (set[byte >> 6] >> (byte & 63)) & 1;
+}
+
+/* ---- stack nodes ---- */
+
+struct grammar_pool {
+    int32_t *pos;    /* (n) element position of each node */
+    int32_t *parent; /* (n) parent node, or GRAMMAR_PARENT_* */
+    int32_t *next;   /* (n) next node in the same hash bucket */
+    uint32_t *stamp; /* (n) closure generation that last visited the node */
+    int n;           /* nodes */
+    int cap;         /* allocated */
+    int32_t *bucket; /* (n_buckets) first node of each chain, -1 empty */
+    int n_buckets;   /* power of two */
+    uint32_t gen;    /* current closure generation */
+    int32_t *work;   /* (work_cap) closure worklist scratch */
+    int work_cap;    /* allocated */
+};
+
+void grammar__pool_init(struct grammar_pool *p);
+void grammar__pool_release(struct grammar_pool *p);
+/* The node (pos, parent), created if new. */
+int32_t grammar__node(struct grammar_pool *p, int32_t pos, int32_t parent);
+/* Forgets every node created after the pool had `mark` nodes. */
+void grammar__pool_rollback(struct grammar_pool *p, int mark);
+
+/* A set of stacks: leaf node ids plus flags. Storage is caller-provided. */
+struct grammar_state {
+    int32_t *leaf; /* (n) node ids, top pos is a BYTES element */
+    int n;         /* leaves */
+    int cap;       /* room in leaf */
+    bool accept;   /* a stack returned past the root (input may end here) */
+    bool unknown;  /* a stack returned into the unknown context (precompute) */
+};
+
+/* Closure of the single node (pos, parent) into st (appended). */
+void grammar__closure(const struct grammar *g, struct grammar_pool *p, int32_t pos, int32_t parent,
+                      struct grammar_state *st);
+/* st_out = the stacks of `in` after reading byte. st_out must not alias in. */
+void grammar__advance(const struct grammar *g, struct grammar_pool *p,
+                      const struct grammar_state *in, unsigned byte, struct grammar_state *out);
+
+/* Grows st->leaf to hold at least n more ids. */
+void grammar__state_reserve(struct grammar_state *st, int n);
+
+/* Vocabulary internals used by mask.c. */
+struct grammar_vocab {
+    int n_vocab;   /* tokens */
+    char *bytes;   /* concatenated token bytes */
+    uint64_t *off; /* (n_vocab + 1) offsets into bytes */
+    uint8_t *cls;  /* (n_vocab) enum grammar_token_class */
+    int32_t *eog;  /* (n_eog) end-of-generation ids */
+    int n_eog;     /* entries */
+    /* Trie over NORMAL tokens' bytes, nodes in depth-first order. */
+    int32_t *order;     /* (n_order) NORMAL token ids sorted by bytes (DFS order) */
+    int n_order;        /* entries */
+    int32_t *tn_parent; /* (n_nodes) parent trie node (-1 for the root 0) */
+    uint8_t *tn_byte;   /* (n_nodes) byte on the edge from the parent */
+    int32_t *tn_depth;  /* (n_nodes) bytes from the root */
+    int32_t *tn_end;    /* (n_nodes) one past the last node of the subtree */
+    int32_t *tn_ntok;   /* (n_nodes) tokens ending exactly here: order[tn_first ..][0, tn_ntok) */
+    int32_t *tn_first;  /* (n_nodes) first index into order of the subtree */
+    int32_t *tn_last;   /* (n_nodes) one past the last index into order of the subtree */
+    int n_nodes;        /* trie nodes incl. root */
+    int max_depth;      /* longest token */
+};
+
+struct grammar_vocab *grammar__vocab_build(int n_vocab, char *bytes, uint64_t *off, uint8_t *cls,
+                                           const int32_t *eog, int n_eog);
+
+/* Matcher internals for mask.c. */
+bool grammar__matcher_try(struct grammar_matcher *m, const void *bytes, size_t n);
+struct grammar_state *grammar__matcher_state(struct grammar_matcher *m);
+struct grammar_pool *grammar__matcher_pool(struct grammar_matcher *m);
+struct grammar *grammar__matcher_grammar(struct grammar_matcher *m);
+const struct grammar_vocab *grammar__matcher_vocab(struct grammar_matcher *m);
+
+/* Mask table for a stack context (computed on first use, under g->mu).
+ * *owned: the table was not cached (cache full) and the caller frees it. */
+struct grammar_posmask *grammar__table(struct grammar *g, const struct grammar_vocab *v,
+                                       const int32_t *key, int n_key, bool root, bool *owned);
+void grammar__posmask_free(struct grammar_posmask *pm);
+void grammar__walker_free(struct grammar_walker *w);
+
+#endif

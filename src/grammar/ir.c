@@ -1,0 +1,809 @@
+/*
+ * ir.c - the grammar builder and its lowering to a byte-level program.
+ *
+ * Front ends (ebnf.c, regex.c, schema.c) describe a language as rules of
+ * alternatives of sequences of characters (code-point sets) and rule
+ * references. Lowering (grammar__lower) then:
+ *
+ *   1. checks that every referenced rule is defined;
+ *   2. finds the productive rules (those deriving some finite string) and
+ *      drops alternatives that mention an unproductive one; a start rule that
+ *      is unproductive matches nothing and is an error;
+ *   3. rejects left recursion: a rule that can reach itself through nullable
+ *      prefixes would make the automaton's closure push forever;
+ *   4. turns every code-point set into UTF-8 byte sequences (surrogates
+ *      D800-DFFF removed, they are not UTF-8): a set that is one sequence is
+ *      inlined as BYTES elements, otherwise it becomes a helper rule with one
+ *      alternative per sequence (all one-byte sequences merged into one);
+ *   5. lays out the flat program and computes per-rule FOLLOW byte sets (what
+ *      can be read right after a rule finishes, anywhere in the grammar) for
+ *      the mask tables (mask.c).
+ *
+ * The UTF-8 split is the classic one (as in RE2 and Rust's regex-syntax):
+ * cut a code point range at encoding-length boundaries, then where low bits
+ * are not full, so that every piece is a product of byte ranges.
+ *
+ * Thread: a builder is used by one thread; the lowered grammar is immutable
+ * except its mask tables (mask.c, under g->mu) and its refcount (atomic).
+ */
+#include "base/buf.h"
+#include "base/check.h"
+#include "grammar/grammar_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- builder ---- */
+
+void grammar__builder_init(struct grammar_builder *b)
+{
+    memset(b, 0, sizeof(*b));
+}
+
+void grammar__builder_release(struct grammar_builder *b)
+{
+    for (int i = 0; i < b->n_rules; i++) {
+        struct grammar_brule *r = &b->rules[i];
+        for (int j = 0; j < r->n_alts; j++)
+            free(r->alts[j].e);
+        free(r->alts);
+        free(r->name);
+    }
+    free(b->rules);
+    for (int i = 0; i < b->n_sets; i++)
+        free(b->sets[i]);
+    free(b->sets);
+    free(b->set_n);
+    memset(b, 0, sizeof(*b));
+}
+
+int grammar__rule(struct grammar_builder *b, const char *name)
+{
+    if (b->n_rules >= GRAMMAR_MAX_RULES) {
+        /* Keep going on a dummy rule so callers need no error path per
+         * push; grammar__lower reports too_large. */
+        b->too_large = true;
+        return b->n_rules - 1;
+    }
+    if (b->n_rules == b->cap_rules) {
+        b->cap_rules = b->cap_rules ? 2 * b->cap_rules : 64;
+        b->rules = xrealloc(b->rules, sizeof(*b->rules) * (size_t)b->cap_rules);
+    }
+    struct grammar_brule *r = &b->rules[b->n_rules];
+    memset(r, 0, sizeof(*r));
+    r->name = xstrdup(name);
+    r->defined = true;
+    return b->n_rules++;
+}
+
+void grammar__alt(struct grammar_builder *b, int r)
+{
+    struct grammar_brule *ru = &b->rules[r];
+    if (ru->n_alts == ru->cap) {
+        ru->cap = ru->cap ? 2 * ru->cap : 2;
+        ru->alts = xrealloc(ru->alts, sizeof(*ru->alts) * (size_t)ru->cap);
+    }
+    memset(&ru->alts[ru->n_alts++], 0, sizeof(struct grammar_balt));
+}
+
+static void push(struct grammar_builder *b, int r, int kind, int arg)
+{
+    struct grammar_brule *ru = &b->rules[r];
+    CHECK(ru->n_alts > 0);
+    struct grammar_balt *a = &ru->alts[ru->n_alts - 1];
+    if (a->n == a->cap) {
+        a->cap = a->cap ? 2 * a->cap : 4;
+        a->e = xrealloc(a->e, sizeof(*a->e) * (size_t)a->cap);
+    }
+    a->e[a->n++] = (struct grammar_belem){kind, arg};
+    if (++b->n_elems > GRAMMAR_MAX_ELEMS) b->too_large = true;
+}
+
+void grammar__ref(struct grammar_builder *b, int r, int ref)
+{
+    push(b, r, GRAMMAR_B_REF, ref);
+}
+
+static int cmp_range(const void *a, const void *b)
+{
+    const struct grammar_cprange *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+int grammar__ranges_normalize(struct grammar_cprange *r, int n)
+{
+    if (n > 1) qsort(r, (size_t)n, sizeof(*r), cmp_range);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (r[i].lo > r[i].hi) continue;
+        if (k > 0 && r[i].lo <= r[k - 1].hi + 1) {
+            if (r[i].hi > r[k - 1].hi) r[k - 1].hi = r[i].hi;
+        } else {
+            r[k++] = r[i];
+        }
+    }
+    return k;
+}
+
+int grammar__ranges_negate(const struct grammar_cprange *r, int n, struct grammar_cprange *out)
+{
+    int k = 0;
+    uint32_t next = 0;
+    for (int i = 0; i < n; i++) {
+        if (r[i].lo > next) out[k++] = (struct grammar_cprange){next, r[i].lo - 1};
+        next = r[i].hi + 1;
+    }
+    if (next <= GRAMMAR_MAX_CP) out[k++] = (struct grammar_cprange){next, GRAMMAR_MAX_CP};
+    return k;
+}
+
+void grammar__chars(struct grammar_builder *b, int r, const struct grammar_cprange *set, int n)
+{
+    /* Surrogates are not characters in UTF-8: cut them out here, so a set
+     * of nothing but surrogates is empty (and its alternative dropped). */
+    struct grammar_cprange *s = xmalloc(sizeof(*s) * (size_t)(2 * n + 1));
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t lo = set[i].lo, hi = set[i].hi > GRAMMAR_MAX_CP ? GRAMMAR_MAX_CP : set[i].hi;
+        if (lo > hi) continue;
+        if (lo < 0xD800) s[k++] = (struct grammar_cprange){lo, hi < 0xD800 ? hi : 0xD7FF};
+        if (hi > 0xDFFF) s[k++] = (struct grammar_cprange){lo > 0xE000 ? lo : 0xE000, hi};
+    }
+    n = grammar__ranges_normalize(s, k);
+    /* Single characters repeat a lot (literals): share them. */
+    for (int i = b->n_sets - 1; i >= 0 && i >= b->n_sets - 64; i--)
+        if (b->set_n[i] == n && (n == 0 || memcmp(b->sets[i], s, sizeof(*s) * (size_t)n) == 0)) {
+            free(s);
+            push(b, r, GRAMMAR_B_CHARS, i);
+            return;
+        }
+    if (b->n_sets == b->cap_sets) {
+        b->cap_sets = b->cap_sets ? 2 * b->cap_sets : 64;
+        b->sets = xrealloc(b->sets, sizeof(*b->sets) * (size_t)b->cap_sets);
+        b->set_n = xrealloc(b->set_n, sizeof(*b->set_n) * (size_t)b->cap_sets);
+    }
+    b->sets[b->n_sets] = s;
+    b->set_n[b->n_sets] = n;
+    push(b, r, GRAMMAR_B_CHARS, b->n_sets++);
+}
+
+/* Decodes one UTF-8 character; invalid bytes decode as themselves (U+0080..
+ * U+00FF would misrepresent them, but literals come from UTF-8 text that the
+ * front ends accept; anything else still gets a deterministic reading). */
+static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
+{
+    unsigned c = s[0];
+    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || (size_t)len > n) {
+        *cp = c;
+        return 1;
+    }
+    uint32_t v = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+    for (int i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) {
+            *cp = c;
+            return 1;
+        }
+        v = (v << 6) | (s[i] & 0x3F);
+    }
+    *cp = v;
+    return (size_t)len;
+}
+
+void grammar__lit(struct grammar_builder *b, int r, const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        i += utf8_decode(u + i, n - i, &cp);
+        struct grammar_cprange one = {cp, cp};
+        grammar__chars(b, r, &one, 1);
+    }
+}
+
+int grammar__repeat(struct grammar_builder *b, const char *name, int item, int min, int max)
+{
+    char nm[160];
+    int r = grammar__rule(b, name);
+    if (max == GRAMMAR_INF) {
+        /* star ::= item star | "" ; result ::= item{min} star */
+        snprintf(nm, sizeof(nm), "%s-star", name);
+        int star = grammar__rule(b, nm);
+        grammar__alt(b, star);
+        grammar__ref(b, star, item);
+        grammar__ref(b, star, star);
+        grammar__alt(b, star);
+        grammar__alt(b, r);
+        for (int i = 0; i < min; i++)
+            grammar__ref(b, r, item);
+        grammar__ref(b, r, star);
+        return r;
+    }
+    /* opt_k ::= item opt_{k-1} | "" (k optional items left); result ::= item{min} opt_{max-min}.
+     * Nesting (rather than k flat alternatives) keeps the program linear in k. */
+    int tail = -1;
+    for (int k = 1; k <= max - min; k++) {
+        snprintf(nm, sizeof(nm), "%s-opt%d", name, k);
+        int o = grammar__rule(b, nm);
+        grammar__alt(b, o);
+        grammar__ref(b, o, item);
+        if (tail >= 0) grammar__ref(b, o, tail);
+        grammar__alt(b, o);
+        tail = o;
+    }
+    grammar__alt(b, r);
+    for (int i = 0; i < min; i++)
+        grammar__ref(b, r, item);
+    if (tail >= 0) grammar__ref(b, r, tail);
+    return r;
+}
+
+/* ---- lowering ---- */
+
+struct byteseq {
+    uint8_t lo[4]; /* first byte of each position */
+    uint8_t hi[4]; /* last byte of each position */
+    int n;         /* bytes */
+};
+
+struct seqlist {
+    struct byteseq *s; /* (n) */
+    int n;             /* sequences */
+    int cap;           /* allocated */
+};
+
+static int utf8_len(uint32_t cp)
+{
+    return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+}
+
+static void utf8_encode(uint32_t cp, uint8_t *o)
+{
+    switch (utf8_len(cp)) {
+    case 1:
+        o[0] = (uint8_t)cp;
+        break;
+    case 2:
+        o[0] = (uint8_t)(0xC0 | (cp >> 6));
+        o[1] = (uint8_t)(0x80 | (cp & 0x3F));
+        break;
+    case 3:
+        o[0] = (uint8_t)(0xE0 | (cp >> 12));
+        o[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (uint8_t)(0x80 | (cp & 0x3F));
+        break;
+    default:
+        o[0] = (uint8_t)(0xF0 | (cp >> 18));
+        o[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
+        o[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+        o[3] = (uint8_t)(0x80 | (cp & 0x3F));
+    }
+}
+
+static void utf8_split(uint32_t lo, uint32_t hi, struct seqlist *out)
+{
+    static const uint32_t bounds[3] = {0x7F, 0x7FF, 0xFFFF};
+    for (int i = 0; i < 3; i++)
+        if (lo <= bounds[i] && bounds[i] < hi) {
+            utf8_split(lo, bounds[i], out);
+            utf8_split(bounds[i] + 1, hi, out);
+            return;
+        }
+    int n = utf8_len(lo);
+    for (int i = 1; i < n; i++) {
+        uint32_t m = (1u << (6 * i)) - 1;
+        if ((lo & ~m) != (hi & ~m)) {
+            if ((lo & m) != 0) {
+                utf8_split(lo, lo | m, out);
+                utf8_split((lo | m) + 1, hi, out);
+                return;
+            }
+            if ((hi & m) != m) {
+                utf8_split(lo, (hi & ~m) - 1, out);
+                utf8_split(hi & ~m, hi, out);
+                return;
+            }
+        }
+    }
+    if (out->n == out->cap) {
+        out->cap = out->cap ? 2 * out->cap : 8;
+        out->s = xrealloc(out->s, sizeof(*out->s) * (size_t)out->cap);
+    }
+    struct byteseq *s = &out->s[out->n++];
+    s->n = n;
+    utf8_encode(lo, s->lo);
+    utf8_encode(hi, s->hi);
+}
+
+/* Byte sequences of a code-point set minus surrogates. */
+static void charset_seqs(const struct grammar_cprange *r, int n, struct seqlist *out)
+{
+    out->n = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t lo = r[i].lo, hi = r[i].hi > GRAMMAR_MAX_CP ? GRAMMAR_MAX_CP : r[i].hi;
+        if (lo > hi) continue;
+        if (lo < 0xD800 && hi >= 0xD800) {
+            if (hi > 0xDFFF) utf8_split(0xE000, hi, out);
+            hi = 0xD7FF;
+        } else if (lo >= 0xD800 && lo <= 0xDFFF) {
+            if (hi <= 0xDFFF) continue;
+            lo = 0xE000;
+        }
+        utf8_split(lo, hi, out);
+    }
+}
+
+struct setbuild {
+    uint64_t (*sets)[4]; /* (n) distinct byte sets */
+    int n;               /* sets */
+    int cap;             /* allocated */
+    int *hash;           /* (n_hash) set index + 1, 0 empty */
+    int n_hash;          /* power of two */
+};
+
+static uint64_t set_hash(const uint64_t s[4])
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < 4; i++)
+        h = (h ^ s[i]) * 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 31);
+}
+
+static int set_intern(struct setbuild *sb, const uint64_t s[4])
+{
+    if (2 * (sb->n + 1) > sb->n_hash) {
+        int nh = sb->n_hash ? 2 * sb->n_hash : 256;
+        int *h = xcalloc((size_t)nh, sizeof(int));
+        for (int i = 0; i < sb->n; i++) {
+            size_t k = set_hash(sb->sets[i]) & (size_t)(nh - 1);
+            while (h[k])
+                k = (k + 1) & (size_t)(nh - 1);
+            h[k] = i + 1;
+        }
+        free(sb->hash);
+        sb->hash = h;
+        sb->n_hash = nh;
+    }
+    size_t k = set_hash(s) & (size_t)(sb->n_hash - 1);
+    while (sb->hash[k]) {
+        if (memcmp(sb->sets[sb->hash[k] - 1], s, 32) == 0) return sb->hash[k] - 1;
+        k = (k + 1) & (size_t)(sb->n_hash - 1);
+    }
+    if (sb->n == sb->cap) {
+        sb->cap = sb->cap ? 2 * sb->cap : 64;
+        sb->sets = xrealloc(sb->sets, sizeof(*sb->sets) * (size_t)sb->cap);
+    }
+    memcpy(sb->sets[sb->n], s, 32);
+    sb->hash[k] = sb->n + 1;
+    return sb->n++;
+}
+
+static int range_set(struct setbuild *sb, unsigned lo, unsigned hi)
+{
+    uint64_t s[4] = {0};
+    for (unsigned c = lo; c <= hi; c++)
+        s[c >> 6] |= 1ull << (c & 63);
+    return set_intern(sb, s);
+}
+
+struct prog {
+    struct grammar_elem *e; /* (n) */
+    int n;                  /* elements */
+    int cap;                /* allocated */
+};
+
+static void emit(struct prog *p, int kind, int arg)
+{
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 256;
+        p->e = xrealloc(p->e, sizeof(*p->e) * (size_t)p->cap);
+    }
+    p->e[p->n++] = (struct grammar_elem){kind, arg};
+}
+
+static void set_or(uint64_t d[4], const uint64_t s[4], bool *changed)
+{
+    for (int i = 0; i < 4; i++) {
+        uint64_t v = d[i] | s[i];
+        if (v != d[i]) {
+            d[i] = v;
+            *changed = true;
+        }
+    }
+}
+
+/* FIRST bytes and nullability of the lowered program, then FOLLOW per rule. */
+static void compute_follow(struct grammar *g)
+{
+    int R = g->n_rules;
+    bool *nullable = xcalloc((size_t)R, 1);
+    uint64_t(*first)[4] = xcalloc((size_t)R, 32);
+    g->follow = xcalloc((size_t)R, 32);
+    bool changed = true;
+    while (changed) {
+        changed = false;
+        for (int r = 0; r < R; r++)
+            for (int a = g->rule_alt0[r]; a < g->rule_alt0[r + 1]; a++) {
+                int pos = g->rule_alts[a];
+                for (;; pos++) {
+                    struct grammar_elem el = g->elems[pos];
+                    if (el.kind == GRAMMAR_E_BYTES) {
+                        set_or(first[r], g->sets[el.arg], &changed);
+                        break;
+                    }
+                    if (el.kind == GRAMMAR_E_END) {
+                        if (!nullable[r]) nullable[r] = changed = true;
+                        break;
+                    }
+                    set_or(first[r], first[el.arg], &changed);
+                    if (!nullable[el.arg]) break;
+                }
+            }
+    }
+    changed = true;
+    while (changed) {
+        changed = false;
+        for (int pos = 0; pos < g->n_elems; pos++) {
+            if (g->elems[pos].kind != GRAMMAR_E_REF) continue;
+            int callee = g->elems[pos].arg;
+            int q = pos + 1;
+            for (;; q++) {
+                struct grammar_elem el = g->elems[q];
+                if (el.kind == GRAMMAR_E_BYTES) {
+                    set_or(g->follow[callee], g->sets[el.arg], &changed);
+                    break;
+                }
+                if (el.kind == GRAMMAR_E_END) {
+                    set_or(g->follow[callee], g->follow[g->rule_of[pos]], &changed);
+                    break;
+                }
+                set_or(g->follow[callee], first[el.arg], &changed);
+                if (!nullable[el.arg]) break;
+            }
+        }
+    }
+    free(nullable);
+    free(first);
+}
+
+/* DFS colours for the left-recursion check. */
+enum { WHITE, GREY, BLACK };
+
+static int left_rec_dfs(const struct grammar_builder *b, int r, const bool *prod, const bool *null,
+                        uint8_t *colour, int *cycle)
+{
+    colour[r] = GREY;
+    const struct grammar_brule *ru = &b->rules[r];
+    for (int a = 0; a < ru->n_alts; a++) {
+        const struct grammar_balt *al = &ru->alts[a];
+        bool ok = true;
+        for (int i = 0; i < al->n; i++)
+            if (al->e[i].kind == GRAMMAR_B_REF && !prod[al->e[i].arg]) ok = false;
+        if (!ok) continue;
+        for (int i = 0; i < al->n; i++) {
+            if (al->e[i].kind != GRAMMAR_B_REF) break;
+            int s = al->e[i].arg;
+            if (colour[s] == GREY) {
+                *cycle = s;
+                return -1;
+            }
+            if (colour[s] == WHITE && left_rec_dfs(b, s, prod, null, colour, cycle)) return -1;
+            if (!null[s]) break;
+        }
+    }
+    colour[r] = BLACK;
+    return 0;
+}
+
+int grammar__lower(struct grammar_builder *b, int root, struct grammar **out, struct err_msg *msg)
+{
+    int rc = 0;
+    if (b->too_large)
+        return err_set(msg, ERR_TOO_LARGE, "grammar too large (more than %d elements or %d rules)",
+                       GRAMMAR_MAX_ELEMS, GRAMMAR_MAX_RULES);
+    int R = b->n_rules;
+    for (int r = 0; r < R; r++)
+        if (!b->rules[r].defined)
+            return err_set(msg, ERR_INVALID, "rule '%s' is used but not defined", b->rules[r].name);
+
+    /* Productive rules and nullable rules (over productive alternatives). */
+    bool *prod = xcalloc((size_t)R, 1), *null = xcalloc((size_t)R, 1);
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int r = 0; r < R; r++) {
+            const struct grammar_brule *ru = &b->rules[r];
+            for (int a = 0; a < ru->n_alts; a++) {
+                const struct grammar_balt *al = &ru->alts[a];
+                bool p = true, nl = true;
+                for (int i = 0; i < al->n; i++) {
+                    struct grammar_belem el = al->e[i];
+                    if (el.kind == GRAMMAR_B_CHARS) {
+                        nl = false;
+                        if (b->set_n[el.arg] == 0) p = false;
+                    } else {
+                        if (!prod[el.arg]) p = false;
+                        if (!null[el.arg]) nl = false;
+                    }
+                }
+                if (p && !prod[r]) prod[r] = changed = true;
+                if (p && nl && !null[r]) null[r] = changed = true;
+            }
+        }
+    }
+    if (!prod[root]) {
+        rc = err_set(msg, ERR_INVALID, "grammar matches no input (rule '%s' never completes)",
+                     b->rules[root].name);
+        goto out_free_flags;
+    }
+    uint8_t *colour = xcalloc((size_t)R, 1);
+    int cycle = -1;
+    for (int r = 0; r < R && cycle < 0; r++)
+        if (prod[r] && colour[r] == WHITE) left_rec_dfs(b, r, prod, null, colour, &cycle);
+    free(colour);
+    if (cycle >= 0) {
+        rc = err_set(msg, ERR_INVALID,
+                     "rule '%s' is left-recursive (reaches itself without reading input)",
+                     b->rules[cycle].name);
+        goto out_free_flags;
+    }
+
+    /* Layout. Rules 0..R-1 keep their builder index; helper rules for
+     * multi-sequence charsets follow. */
+    struct grammar *g = xcalloc(1, sizeof(*g));
+    g->refs = 1;
+    pthread_mutex_init(&g->mu, NULL);
+    g->root = root;
+    struct setbuild sb = {0};
+    struct prog p = {0};
+    int *cs_rule = xmalloc(sizeof(int) * (size_t)(b->n_sets ? b->n_sets : 1));
+    for (int i = 0; i < b->n_sets; i++)
+        cs_rule[i] = -1;
+    struct seqlist sl = {0};
+    /* alternative starts per rule, gathered as (rule, start) then grouped */
+    int n_alt = 0, cap_alt = 256;
+    int *alt_rule = xmalloc(sizeof(int) * (size_t)cap_alt),
+        *alt_pos = xmalloc(sizeof(int) * (size_t)cap_alt);
+    int n_rules = R;
+    int cap_names = R + 16;
+    char **names = xmalloc(sizeof(char *) * (size_t)cap_names);
+    for (int r = 0; r < R; r++)
+        names[r] = xstrdup(b->rules[r].name);
+
+#define ADD_ALT(rule_, pos_)                                                                       \
+    do {                                                                                           \
+        if (n_alt == cap_alt) {                                                                    \
+            cap_alt *= 2;                                                                          \
+            alt_rule = xrealloc(alt_rule, sizeof(int) * (size_t)cap_alt);                          \
+            alt_pos = xrealloc(alt_pos, sizeof(int) * (size_t)cap_alt);                            \
+        }                                                                                          \
+        alt_rule[n_alt] = (rule_);                                                                 \
+        alt_pos[n_alt++] = (pos_);                                                                 \
+    } while (0)
+
+    for (int r = 0; r < R; r++) {
+        const struct grammar_brule *ru = &b->rules[r];
+        if (!prod[r]) continue;
+        for (int a = 0; a < ru->n_alts; a++) {
+            const struct grammar_balt *al = &ru->alts[a];
+            bool ok = true;
+            for (int i = 0; i < al->n; i++) {
+                struct grammar_belem el = al->e[i];
+                if (el.kind == GRAMMAR_B_REF ? !prod[el.arg] : b->set_n[el.arg] == 0) ok = false;
+            }
+            if (!ok) continue;
+            ADD_ALT(r, p.n);
+            for (int i = 0; i < al->n; i++) {
+                struct grammar_belem el = al->e[i];
+                if (el.kind == GRAMMAR_B_REF) {
+                    emit(&p, GRAMMAR_E_REF, el.arg);
+                    continue;
+                }
+                if (cs_rule[el.arg] >= 0) {
+                    emit(&p, GRAMMAR_E_REF, cs_rule[el.arg]);
+                    continue;
+                }
+                charset_seqs(b->sets[el.arg], b->set_n[el.arg], &sl);
+                CHECK(sl.n > 0);
+                if (sl.n == 1) {
+                    for (int k = 0; k < sl.s[0].n; k++)
+                        emit(&p, GRAMMAR_E_BYTES, range_set(&sb, sl.s[0].lo[k], sl.s[0].hi[k]));
+                    continue;
+                }
+                /* Helper rule; its alternatives are laid out after all
+                 * builder rules (below), so remember the charset. */
+                if (n_rules == cap_names) {
+                    cap_names *= 2;
+                    names = xrealloc(names, sizeof(char *) * (size_t)cap_names);
+                }
+                char nm[64];
+                snprintf(nm, sizeof(nm), "char-class-%d", el.arg);
+                names[n_rules] = xstrdup(nm);
+                cs_rule[el.arg] = n_rules++;
+                emit(&p, GRAMMAR_E_REF, cs_rule[el.arg]);
+            }
+            emit(&p, GRAMMAR_E_END, r);
+        }
+    }
+    for (int c = 0; c < b->n_sets; c++) {
+        if (cs_rule[c] < 0) continue;
+        int hr = cs_rule[c];
+        charset_seqs(b->sets[c], b->set_n[c], &sl);
+        uint64_t one[4] = {0};
+        bool any_one = false;
+        for (int s = 0; s < sl.n; s++) {
+            if (sl.s[s].n != 1) continue;
+            for (unsigned x = sl.s[s].lo[0]; x <= sl.s[s].hi[0]; x++)
+                one[x >> 6] |= 1ull << (x & 63);
+            any_one = true;
+        }
+        if (any_one) {
+            ADD_ALT(hr, p.n);
+            emit(&p, GRAMMAR_E_BYTES, set_intern(&sb, one));
+            emit(&p, GRAMMAR_E_END, hr);
+        }
+        for (int s = 0; s < sl.n; s++) {
+            if (sl.s[s].n == 1) continue;
+            ADD_ALT(hr, p.n);
+            for (int k = 0; k < sl.s[s].n; k++)
+                emit(&p, GRAMMAR_E_BYTES, range_set(&sb, sl.s[s].lo[k], sl.s[s].hi[k]));
+            emit(&p, GRAMMAR_E_END, hr);
+        }
+    }
+#undef ADD_ALT
+    free(sl.s);
+    free(cs_rule);
+
+    g->elems = p.e;
+    g->n_elems = p.n;
+    g->n_rules = n_rules;
+    g->rule_names = names;
+    g->sets = sb.sets;
+    g->n_sets = sb.n;
+    free(sb.hash);
+    /* Group alternatives by rule, keeping their order inside a rule. */
+    g->rule_alt0 = xcalloc((size_t)n_rules + 1, sizeof(int));
+    for (int i = 0; i < n_alt; i++)
+        g->rule_alt0[alt_rule[i] + 1]++;
+    for (int r = 0; r < n_rules; r++)
+        g->rule_alt0[r + 1] += g->rule_alt0[r];
+    g->rule_alts = xmalloc(sizeof(int) * (size_t)(n_alt ? n_alt : 1));
+    int *fill = xmalloc(sizeof(int) * (size_t)n_rules);
+    memcpy(fill, g->rule_alt0, sizeof(int) * (size_t)n_rules);
+    for (int i = 0; i < n_alt; i++)
+        g->rule_alts[fill[alt_rule[i]]++] = alt_pos[i];
+    free(fill);
+    free(alt_rule);
+    free(alt_pos);
+    g->rule_of = xmalloc(sizeof(int) * (size_t)(p.n ? p.n : 1));
+    for (int r = 0; r < n_rules; r++)
+        for (int a = g->rule_alt0[r]; a < g->rule_alt0[r + 1]; a++)
+            for (int pos = g->rule_alts[a];; pos++) {
+                g->rule_of[pos] = r;
+                if (g->elems[pos].kind == GRAMMAR_E_END) break;
+            }
+    compute_follow(g);
+    *out = g;
+out_free_flags:
+    free(prod);
+    free(null);
+    return rc;
+}
+
+/* ---- compiled grammar ---- */
+
+const char *grammar_kind_name(enum grammar_kind kind)
+{
+    switch (kind) {
+    case GRAMMAR_EBNF:
+        return "ebnf";
+    case GRAMMAR_REGEX:
+        return "regex";
+    case GRAMMAR_JSON_SCHEMA:
+        return "json_schema";
+    case GRAMMAR_JSON_OBJECT:
+        return "json_object";
+    }
+    return "?";
+}
+
+int grammar_compile(enum grammar_kind kind, const char *src, size_t len, struct grammar **out,
+                    struct err_msg *msg)
+{
+    struct grammar_builder b;
+    grammar__builder_init(&b);
+    int root;
+    switch (kind) {
+    case GRAMMAR_EBNF:
+        root = grammar__ebnf_build(&b, src, len, msg);
+        break;
+    case GRAMMAR_REGEX:
+        root = grammar__regex_build(&b, src, len, false, false, msg);
+        break;
+    case GRAMMAR_JSON_SCHEMA:
+        root = grammar__schema_build(&b, src, len, false, msg);
+        break;
+    case GRAMMAR_JSON_OBJECT:
+        root = grammar__schema_build(&b, "{}", 2, true, msg);
+        break;
+    default:
+        root = err_set(msg, ERR_INVALID, "unknown grammar kind %d", (int)kind);
+    }
+    int rc = root < 0 ? root : grammar__lower(&b, root, out, msg);
+    grammar__builder_release(&b);
+    return rc;
+}
+
+struct grammar *grammar_ref(struct grammar *g)
+{
+    __atomic_add_fetch(&g->refs, 1, __ATOMIC_RELAXED);
+    return g;
+}
+
+void grammar_unref(struct grammar *g)
+{
+    if (!g || __atomic_sub_fetch(&g->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
+    for (int i = 0; i < g->cap_tabs; i++)
+        if (g->tabs[i].hash) {
+            grammar__posmask_free(g->tabs[i].pm);
+            free(g->tabs[i].key);
+        }
+    free(g->tabs);
+    grammar__walker_free(g->walker);
+    pthread_mutex_destroy(&g->mu);
+    for (int r = 0; r < g->n_rules; r++)
+        free(g->rule_names[r]);
+    free(g->rule_names);
+    free(g->elems);
+    free(g->rule_alts);
+    free(g->rule_alt0);
+    free(g->sets);
+    free(g->rule_of);
+    free(g->follow);
+    free(g);
+}
+
+static void dump_set(const uint64_t s[4], struct buf *out)
+{
+    buf_putc(out, '[');
+    for (unsigned c = 0; c < 256;) {
+        if (!grammar__set_has(s, c)) {
+            c++;
+            continue;
+        }
+        unsigned e = c;
+        while (e + 1 < 256 && grammar__set_has(s, e + 1))
+            e++;
+        if (c > 0x20 && c < 0x7F && c != ']' && c != '\\' && c != '-')
+            buf_putc(out, (char)c);
+        else
+            buf_printf(out, "\\x%02X", c);
+        if (e > c) {
+            buf_putc(out, '-');
+            if (e > 0x20 && e < 0x7F && e != ']' && e != '\\' && e != '-')
+                buf_putc(out, (char)e);
+            else
+                buf_printf(out, "\\x%02X", e);
+        }
+        c = e + 1;
+    }
+    buf_putc(out, ']');
+}
+
+void grammar_dump(const struct grammar *g, struct buf *out)
+{
+    for (int r = 0; r < g->n_rules; r++) {
+        buf_printf(out, "%s ::=", g->rule_names[r]);
+        for (int a = g->rule_alt0[r]; a < g->rule_alt0[r + 1]; a++) {
+            if (a > g->rule_alt0[r]) buf_puts(out, " |");
+            for (int pos = g->rule_alts[a]; g->elems[pos].kind != GRAMMAR_E_END; pos++) {
+                buf_putc(out, ' ');
+                if (g->elems[pos].kind == GRAMMAR_E_REF)
+                    buf_puts(out, g->rule_names[g->elems[pos].arg]);
+                else
+                    dump_set(g->sets[g->elems[pos].arg], out);
+            }
+        }
+        buf_putc(out, '\n');
+    }
+}

@@ -1,0 +1,321 @@
+/*
+ * vocab.c - a model's tokens as raw byte strings, and a trie over them.
+ *
+ * Masks walk tokens as bytes through the automaton, so each token needs the
+ * exact bytes that detokenizing it produces:
+ *
+ *   "gpt2" (byte-level BPE, Qwen, Llama 3, DeepSeek): pieces are written in
+ *     the GPT-2 byte alphabet - bytes 0x21-0x7E, 0xA1-0xAC, 0xAE-0xFF stand for
+ *     themselves, the other 68 bytes map in order to U+0100.. ("Ġ" U+0120 is
+ *     the space byte 0x20). A piece is decoded character by character back to
+ *     bytes. User-defined tokens (type 4) are stored as plain text.
+ *   "llama" (SentencePiece): U+2581 "▁" is a space, <0xXX> byte tokens (type
+ *     6) are the byte XX, everything else is its UTF-8 text.
+ *
+ * This must agree with the tokenizer's decode (src/model/tokenizer/): one
+ * known difference is that a SentencePiece decoder may drop the leading space
+ * of the very first token of a text; masks see the space, which is what the
+ * model generated. Token types (tokenizer.ggml.token_type): normal (1),
+ * user-defined (4) and byte (6) tokens take part in matching; unknown (2),
+ * control (3) and unused (5) never do. A token with no bytes never does.
+ *
+ * The trie holds the normal tokens sorted by bytes; its nodes are numbered in
+ * depth-first preorder so a subtree is a contiguous node range and its tokens
+ * a contiguous range of `order` (mask.c walks it once per grammar position).
+ *
+ * Lifetime: process (one per loaded model); immutable after construction,
+ * shared read-only by every thread.
+ */
+#include "base/check.h"
+#include "gguf/gguf.h"
+#include "grammar/grammar_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const struct grammar_vocab *sort_vocab; /* qsort context (construction is single threaded) */
+
+static int cmp_tok(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    const struct grammar_vocab *v = sort_vocab;
+    uint64_t lx = v->off[x + 1] - v->off[x], ly = v->off[y + 1] - v->off[y];
+    int c = memcmp(v->bytes + v->off[x], v->bytes + v->off[y], MIN(lx, ly));
+    if (c) return c;
+    if (lx != ly) return lx < ly ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static pthread_mutex_t sort_mu = PTHREAD_MUTEX_INITIALIZER;
+
+struct grammar_vocab *grammar__vocab_build(int n_vocab, char *bytes, uint64_t *off, uint8_t *cls,
+                                           const int32_t *eog, int n_eog)
+{
+    struct grammar_vocab *v = xcalloc(1, sizeof(*v));
+    v->n_vocab = n_vocab;
+    v->bytes = bytes;
+    v->off = off;
+    v->cls = cls;
+    v->n_eog = n_eog;
+    v->eog = xmalloc(sizeof(int32_t) * (size_t)(n_eog ? n_eog : 1));
+    if (n_eog) memcpy(v->eog, eog, sizeof(int32_t) * (size_t)n_eog);
+    for (int i = 0; i < n_vocab; i++) {
+        if (off[i + 1] == off[i]) cls[i] = GRAMMAR_TOKEN_CONTROL;
+        for (int k = 0; k < n_eog; k++)
+            if (eog[k] == i) cls[i] = GRAMMAR_TOKEN_CONTROL;
+    }
+    v->order = xmalloc(sizeof(int32_t) * (size_t)n_vocab);
+    for (int i = 0; i < n_vocab; i++)
+        if (cls[i] == GRAMMAR_TOKEN_NORMAL) v->order[v->n_order++] = i;
+    pthread_mutex_lock(&sort_mu);
+    sort_vocab = v;
+    qsort(v->order, (size_t)v->n_order, sizeof(int32_t), cmp_tok);
+    pthread_mutex_unlock(&sort_mu);
+
+    /* Nodes: at most one per token byte, plus the root. */
+    size_t cap = 1;
+    for (int k = 0; k < v->n_order; k++)
+        cap += off[v->order[k] + 1] - off[v->order[k]];
+    v->tn_parent = xmalloc(sizeof(int32_t) * cap);
+    v->tn_byte = xmalloc(cap);
+    v->tn_depth = xmalloc(sizeof(int32_t) * cap);
+    v->tn_end = xmalloc(sizeof(int32_t) * cap);
+    v->tn_ntok = xcalloc(cap, sizeof(int32_t));
+    v->tn_first = xmalloc(sizeof(int32_t) * cap);
+    v->tn_last = xmalloc(sizeof(int32_t) * cap);
+    v->tn_parent[0] = -1;
+    v->tn_byte[0] = 0;
+    v->tn_depth[0] = 0;
+    v->tn_first[0] = 0;
+    int n = 1;
+    int32_t *path = xmalloc(sizeof(int32_t) * (cap + 1)); /* node at each depth of the path */
+    path[0] = 0;
+    const char *prev = NULL;
+    uint64_t prev_len = 0;
+    for (int k = 0; k < v->n_order; k++) {
+        int32_t t = v->order[k];
+        const char *s = bytes + off[t];
+        uint64_t len = off[t + 1] - off[t];
+        uint64_t common = 0;
+        while (prev && common < len && common < prev_len && s[common] == prev[common])
+            common++;
+        for (uint64_t d = common + 1; d <= len; d++) {
+            v->tn_parent[n] = path[d - 1];
+            v->tn_byte[n] = (uint8_t)s[d - 1];
+            v->tn_depth[n] = (int32_t)d;
+            v->tn_first[n] = k;
+            path[d] = n++;
+        }
+        v->tn_ntok[path[len]]++;
+        if ((int)len > v->max_depth) v->max_depth = (int)len;
+        prev = s;
+        prev_len = len;
+    }
+    free(path);
+    v->n_nodes = n;
+    for (int i = 0; i < n; i++) {
+        v->tn_end[i] = i + 1;
+        v->tn_last[i] = v->tn_first[i] + v->tn_ntok[i];
+    }
+    v->tn_last[0] = v->n_order;
+    for (int i = n - 1; i > 0; i--) {
+        int32_t par = v->tn_parent[i];
+        if (v->tn_end[i] > v->tn_end[par]) v->tn_end[par] = v->tn_end[i];
+        if (v->tn_last[i] > v->tn_last[par]) v->tn_last[par] = v->tn_last[i];
+    }
+    return v;
+}
+
+struct grammar_vocab *grammar_vocab_new(int n_vocab, const char *const *bytes, const uint32_t *len,
+                                        const uint8_t *cls, const int32_t *eog, int n_eog)
+{
+    if (n_vocab < 1) return NULL;
+    uint64_t *off = xmalloc(sizeof(uint64_t) * ((size_t)n_vocab + 1));
+    off[0] = 0;
+    for (int i = 0; i < n_vocab; i++)
+        off[i + 1] = off[i] + len[i];
+    char *all = xmalloc(off[n_vocab] ? off[n_vocab] : 1);
+    for (int i = 0; i < n_vocab; i++)
+        if (len[i]) memcpy(all + off[i], bytes[i], len[i]);
+    uint8_t *c = xmalloc((size_t)n_vocab);
+    memcpy(c, cls, (size_t)n_vocab);
+    return grammar__vocab_build(n_vocab, all, off, c, eog, n_eog);
+}
+
+void grammar_vocab_free(struct grammar_vocab *v)
+{
+    if (!v) return;
+    free(v->bytes);
+    free(v->off);
+    free(v->cls);
+    free(v->eog);
+    free(v->order);
+    free(v->tn_parent);
+    free(v->tn_byte);
+    free(v->tn_depth);
+    free(v->tn_end);
+    free(v->tn_ntok);
+    free(v->tn_first);
+    free(v->tn_last);
+    free(v);
+}
+
+int grammar_vocab_n(const struct grammar_vocab *v)
+{
+    return v->n_vocab;
+}
+
+const char *grammar_vocab_bytes(const struct grammar_vocab *v, int32_t id, uint32_t *len)
+{
+    CHECK(id >= 0 && id < v->n_vocab);
+    if (v->cls[id] != GRAMMAR_TOKEN_NORMAL) {
+        *len = 0;
+        return NULL;
+    }
+    *len = (uint32_t)(v->off[id + 1] - v->off[id]);
+    return v->bytes + v->off[id];
+}
+
+bool grammar_vocab_is_eog(const struct grammar_vocab *v, int32_t id)
+{
+    for (int k = 0; k < v->n_eog; k++)
+        if (v->eog[k] == id) return true;
+    return false;
+}
+
+/* ---- GGUF ---- */
+
+/* GPT-2 byte alphabet, inverted: code point -> byte, -1 if not in it. */
+static int gpt2_byte(uint32_t cp)
+{
+    if ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF))
+        return (int)cp;
+    if (cp < 0x100 || cp >= 0x100 + 68) return -1;
+    /* the n-th byte outside the printable set */
+    int k = (int)(cp - 0x100);
+    for (int b = 0; b < 256; b++) {
+        bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+        if (printable) continue;
+        if (k-- == 0) return b;
+    }
+    return -1;
+}
+
+static size_t utf8_next(const unsigned char *s, size_t n, uint32_t *cp)
+{
+    unsigned c = s[0];
+    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || (size_t)len > n) {
+        *cp = 0xFFFFFFFFu;
+        return 1;
+    }
+    uint32_t v = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+    for (int i = 1; i < len; i++)
+        v = (v << 6) | (s[i] & 0x3F);
+    *cp = v;
+    return (size_t)len;
+}
+
+int grammar_vocab_from_gguf(const struct gguf_file *f, int n_vocab, const int32_t *eog, int n_eog,
+                            struct grammar_vocab **out, struct err_msg *msg)
+{
+    struct gguf_str model;
+    int rc = gguf_get_str(f, "tokenizer.ggml.model", &model, msg);
+    if (rc) return rc;
+    bool gpt2 = model.len == 4 && memcmp(model.ptr, "gpt2", 4) == 0;
+    bool spm = model.len == 5 && memcmp(model.ptr, "llama", 5) == 0;
+    if (!gpt2 && !spm)
+        return err_set(msg, ERR_UNSUPPORTED,
+                       "grammar: tokenizer.ggml.model '%.*s' is not supported (gpt2, llama)",
+                       (int)MIN(model.len, 64), model.ptr);
+    enum gguf_vtype et;
+    uint64_t n;
+    if ((rc = gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &n, NULL, msg))) return rc;
+    if (et != GGUF_VTYPE_STRING || n < (uint64_t)n_vocab)
+        return err_set(msg, ERR_FORMAT,
+                       "grammar: tokenizer.ggml.tokens must be %d strings (got %llu)", n_vocab,
+                       (unsigned long long)n);
+    const void *types = NULL;
+    uint64_t n_types = 0;
+    enum gguf_vtype tt = GGUF_VTYPE_INT32;
+    if (gguf_find_key(f, "tokenizer.ggml.token_type") >= 0) {
+        if ((rc = gguf_get_arr(f, "tokenizer.ggml.token_type", &tt, &n_types, &types, msg)))
+            return rc;
+        if (tt != GGUF_VTYPE_INT32 || n_types < (uint64_t)n_vocab)
+            return err_set(msg, ERR_FORMAT, "grammar: tokenizer.ggml.token_type must be %d int32",
+                           n_vocab);
+    }
+    int64_t key = gguf_find_key(f, "tokenizer.ggml.tokens");
+    uint64_t *off = xmalloc(sizeof(uint64_t) * ((size_t)n_vocab + 1));
+    uint8_t *cls = xmalloc((size_t)n_vocab);
+    size_t cap = 1 << 20, used = 0;
+    char *all = xmalloc(cap);
+    for (int i = 0; i < n_vocab; i++) {
+        struct gguf_str s = gguf_arr_str_at(f, key, (uint64_t)i);
+        int32_t type = 1;
+        if (types) memcpy(&type, (const char *)types + 4 * (size_t)i, 4);
+        cls[i] =
+            (type == 1 || type == 4 || type == 6) ? GRAMMAR_TOKEN_NORMAL : GRAMMAR_TOKEN_CONTROL;
+        off[i] = used;
+        if (used + s.len + 8 > cap) {
+            cap = 2 * (used + s.len + 8);
+            all = xrealloc(all, cap);
+        }
+        const unsigned char *u = (const unsigned char *)s.ptr;
+        if (cls[i] != GRAMMAR_TOKEN_NORMAL) continue;
+        if (type == 4) {
+            memcpy(all + used, s.ptr, s.len);
+            used += s.len;
+        } else if (spm && type == 6) {
+            unsigned v;
+            if (s.len == 6 && memcmp(s.ptr, "<0x", 3) == 0 && s.ptr[5] == '>') {
+                char hex[3] = {s.ptr[3], s.ptr[4], 0};
+                v = (unsigned)strtoul(hex, NULL, 16);
+                all[used++] = (char)v;
+            } else {
+                memcpy(all + used, s.ptr, s.len);
+                used += s.len;
+            }
+        } else if (spm) {
+            for (size_t k = 0; k < s.len;) {
+                if (k + 3 <= s.len && u[k] == 0xE2 && u[k + 1] == 0x96 && u[k + 2] == 0x81) {
+                    all[used++] = ' ';
+                    k += 3;
+                } else {
+                    all[used++] = (char)u[k++];
+                }
+            }
+        } else {
+            /* Byte-level: every character maps back to one byte; a piece
+             * outside the alphabet is kept as text. */
+            size_t start = used;
+            bool ok = true;
+            for (size_t k = 0; k < s.len;) {
+                uint32_t cp;
+                k += utf8_next(u + k, s.len - k, &cp);
+                int b = cp == 0xFFFFFFFFu ? -1 : gpt2_byte(cp);
+                if (b < 0) {
+                    ok = false;
+                    break;
+                }
+                all[used++] = (char)b;
+            }
+            if (!ok) {
+                used = start;
+                memcpy(all + used, s.ptr, s.len);
+                used += s.len;
+            }
+        }
+    }
+    off[n_vocab] = used;
+    for (int k = 0; k < n_eog; k++)
+        if (eog[k] < 0 || eog[k] >= n_vocab) {
+            free(all);
+            free(off);
+            free(cls);
+            return err_set(msg, ERR_FORMAT, "grammar: end-of-generation token %d out of range",
+                           eog[k]);
+        }
+    *out = grammar__vocab_build(n_vocab, all, off, cls, eog, n_eog);
+    return 0;
+}

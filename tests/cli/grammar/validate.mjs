@@ -1,0 +1,54 @@
+// validate.mjs SCHEMA OUTPUT.jsonl - checks `inferd grammar gen` output: every
+// generation finished with "stop", parses as JSON and validates against the
+// schema (ajv, JSON Schema 2020-12). ajv-formats is not installed, so the
+// formats the grammar supports are checked here by their definitions (dates
+// also by month length; Feb 29 is accepted in any year, as by the grammar).
+import { readFileSync } from "node:fs";
+import Ajv2020 from "ajv/dist/2020.js";
+
+const [schemaPath, outPath] = process.argv.slice(2);
+const schema = JSON.parse(readFileSync(schemaPath, "utf8"));
+const ajv = new Ajv2020({ strict: false, validateFormats: false, logger: false });
+const validate = ajv.compile(schema);
+
+const days = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+const date = (s) => {
+  const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(s);
+  return !!m && +m[2] >= 1 && +m[2] <= 12 && +m[3] >= 1 && +m[3] <= days[+m[2] - 1];
+};
+const time = (s) => /^([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$/.test(s);
+const formats = {
+  date,
+  time,
+  "date-time": (s) => {
+    const i = s.search(/[Tt]/);
+    return i === 10 && date(s.slice(0, i)) && time(s.slice(i + 1));
+  },
+  uuid: (s) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s),
+  email: (s) => /^[^@\s"(),:;<>[\\\]]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$/.test(s) && !/\.\./.test(s),
+};
+function checkFormats(sch, v) {
+  if (!sch || typeof sch !== "object") return true;
+  if (typeof v === "string" && sch.format && formats[sch.format] && !formats[sch.format](v)) return false;
+  return true; // the suite's format schemas are top-level strings
+}
+
+let n = 0, bad = 0;
+for (const line of readFileSync(outPath, "utf8").split("\n")) {
+  if (!line) continue;
+  n++;
+  const rec = JSON.parse(line);
+  let why = null, value;
+  if (rec.finish !== "stop") why = `finish ${rec.finish} after ${rec.tokens} tokens`;
+  else {
+    try { value = JSON.parse(rec.text); } catch (e) { why = `not JSON: ${e.message}`; }
+    if (!why && !validate(value)) why = ajv.errorsText(validate.errors);
+    if (!why && !checkFormats(schema, value)) why = `format ${schema.format}`;
+  }
+  if (why) {
+    bad++;
+    if (bad <= 3) console.log(`  invalid generation ${rec.index}: ${why}: ${JSON.stringify(rec.text).slice(0, 300)}`);
+  }
+}
+console.log(`${schemaPath.split("/").pop()}: ${n - bad}/${n} valid`);
+process.exit(bad === 0 && n > 0 ? 0 : 1);
