@@ -9,6 +9,8 @@
 int cmd_run(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_bench_engine(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_bench_mock(int argc, char **argv);
 int cmd_model_info(int argc, char **argv);
 int cmd_model_make(int argc, char **argv);
 
