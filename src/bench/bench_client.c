@@ -131,12 +131,18 @@ static double now_s(const struct client *c)
 
 /* ---- due heap ---- */
 
+/* Order: due time, then item index, so simultaneous items go in item order. */
+static bool before(const struct heap_ent *a, double due, int32_t item)
+{
+    return a->due_s < due || (a->due_s == due && a->item < item);
+}
+
 static void heap_push(struct client *c, double due, int32_t item)
 {
     int32_t i = c->n_heap++;
     while (i > 0) {
         int32_t p = (i - 1) / 2;
-        if (c->heap[p].due_s <= due) break;
+        if (before(&c->heap[p], due, item)) break;
         c->heap[i] = c->heap[p];
         i = p;
     }
@@ -149,9 +155,9 @@ static struct heap_ent heap_pop(struct client *c)
     int32_t i = 0;
     for (;;) {
         int32_t l = 2 * i + 1, r = l + 1, m = i;
-        double mv = last.due_s;
-        if (l < c->n_heap && c->heap[l].due_s < mv) m = l, mv = c->heap[l].due_s;
-        if (r < c->n_heap && c->heap[r].due_s < mv) m = r;
+        const struct heap_ent *mv = &last;
+        if (l < c->n_heap && before(&c->heap[l], mv->due_s, mv->item)) m = l, mv = &c->heap[l];
+        if (r < c->n_heap && before(&c->heap[r], mv->due_s, mv->item)) m = r;
         if (m == i) break;
         c->heap[i] = c->heap[m];
         i = m;
@@ -547,8 +553,9 @@ int bench_client_run(const struct bench_workload *w, const struct bench_target *
 /* ---- one-off GET (Prometheus scrape) ---- */
 
 struct get_state {
-    struct buf *out; /* body destination */
-    int status;      /* response status, 0 none */
+    struct event_base *base; /* loop to stop when the answer is in */
+    struct buf *out;         /* body destination */
+    int status;              /* response status, 0 none */
 };
 
 static void on_get_done(struct evhttp_request *req, void *arg)
@@ -563,6 +570,8 @@ static void on_get_done(struct evhttp_request *req, void *arg)
         g->out->len += n;
         g->out->data[g->out->len] = 0;
     }
+    /* the kept-alive connection would hold the loop open */
+    event_base_loopbreak(g->base);
 }
 
 int bench_client_get(const struct bench_target *t, const char *path, struct buf *out, int *status,
@@ -573,7 +582,7 @@ int bench_client_get(const struct bench_target *t, const char *path, struct buf 
     struct evhttp_connection *evcon =
         evhttp_connection_base_new(base, NULL, t->host, (unsigned short)t->port);
     evhttp_connection_set_timeout(evcon, 10);
-    struct get_state g = {.out = out};
+    struct get_state g = {.base = base, .out = out};
     struct evhttp_request *req = evhttp_request_new(on_get_done, &g);
     char host[300], full[512];
     snprintf(host, sizeof(host), "%s:%d", t->host, t->port);

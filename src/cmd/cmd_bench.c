@@ -952,7 +952,7 @@ int cmd_bench(int argc, char **argv)
     }
     if (rc) goto fail_root;
 
-    if (n_pts == 1) {
+    if (n_pts == 1 && !o.find_pct) {
         json_t *s = point_json(&pts[0]);
         json_object_update(root, s);
         json_decref(s);
