@@ -137,6 +137,19 @@ void bench_cost_compute(const struct bench_prices *p, double in_tok_s, double ou
     c->margin_usd_h = c->revenue_usd_h - usd_h;
 }
 
+struct edge {
+    double t;  /* when */
+    int delta; /* +1 send, -1 end */
+};
+
+/* Time order; at equal times an end comes before a send. */
+static int cmp_edge(const void *a, const void *b)
+{
+    const struct edge *x = a, *y = b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    return x->delta - y->delta;
+}
+
 void bench_summary_compute(struct bench_record *recs, size_t n, const struct bench_slo *slo,
                            const struct bench_spec *spec_in, struct bench_summary *s)
 {
@@ -155,6 +168,20 @@ void bench_summary_compute(struct bench_record *recs, size_t n, const struct ben
         if (recs[i].end_s > t_last) t_last = recs[i].end_s;
     }
     s->duration_s = t_last > t_first ? t_last - t_first : 0;
+
+    /* peak open requests: +1 at each send, -1 at each end, in time order */
+    struct edge *ev = xmalloc(sizeof(*ev) * 2 * n);
+    for (size_t i = 0; i < n; i++) {
+        ev[2 * i] = (struct edge){recs[i].send_s, 1};
+        ev[2 * i + 1] = (struct edge){recs[i].end_s, -1};
+    }
+    qsort(ev, 2 * n, sizeof(*ev), cmp_edge);
+    int32_t open_now = 0;
+    for (size_t i = 0; i < 2 * n; i++) {
+        open_now += ev[i].delta;
+        if (open_now > s->peak_in_flight) s->peak_in_flight = open_now;
+    }
+    free(ev);
 
     double *queue = xmalloc(sizeof(double) * n), *lag = xmalloc(sizeof(double) * n);
     double *ttft = xmalloc(sizeof(double) * n), *tpot = xmalloc(sizeof(double) * n);

@@ -91,6 +91,7 @@ TEST(summary_matches_hand_computation)
     EXPECT_EQ_INT(s.n_total, 4);
     EXPECT_EQ_INT(s.n_ok, 3);
     EXPECT_NEAR(s.duration_s, 3.01, 1e-12);
+    EXPECT_EQ_INT(s.peak_in_flight, 1); /* one after another */
     EXPECT_NEAR(s.req_s, 3 / 3.01, 1e-12);
     EXPECT_NEAR(s.out_tok_s, 13 / 3.01, 1e-12);
     EXPECT_NEAR(s.in_tok_s, 400 / 3.01, 1e-12);
@@ -146,6 +147,10 @@ TEST(slo_targets_combine)
     struct bench_slo itl = {.itl_p99_s = 0.15};
     bench_summary_compute(r, 4, &itl, NULL, &s);
     EXPECT_EQ_INT(s.n_slo_met, 2); /* r2's gaps are .2 */
+    r[1].send_s = 0.2;             /* now overlaps r[0] */
+    r[2].send_s = 0.5;             /* starts exactly when r[0] ends: not counted together */
+    bench_summary_compute(r, 4, &e2e, NULL, &s);
+    EXPECT_EQ_INT(s.peak_in_flight, 2);
     struct bench_slo none = {0};
     bench_summary_compute(r, 4, &none, NULL, &s);
     EXPECT_EQ_INT(s.n_slo_met, 3); /* no target: every success counts, failures never */
