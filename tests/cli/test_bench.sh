@@ -9,7 +9,10 @@ source "$(dirname "$0")/../lib.sh"
 dir="$INFERD_SCRATCH/bench.$$"
 rm -rf "$dir"; mkdir -p "$dir"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    [ "$failed" -eq 0 ] && rm -rf "$dir"   # keep the outputs of a failed run
+}
 trap cleanup EXIT
 
 # start_mock NAME ARGS...: starts a mock, sets $port
