@@ -39,7 +39,7 @@ s = json.load(open(path))
 cpu = sum(float(x) for x in open(tf).read().split())
 lag = s["send_lag_ms"]
 print(f"{name}: {s['requests']} requests, {s['succeeded']} ok, "
-      f"{s['requests'] / s['duration_s']:.0f} req/s sent over {s['duration_s']:.2f} s, "
+      f"sent at {s['send_rate']:.0f} req/s, completed in {s['duration_s']:.2f} s, "
       f"peak {s['peak_in_flight']} open streams")
 print(f"  send lag ms: p50 {lag['p50']:.3f}  p99 {lag['p99']:.3f}  max {lag['max']:.3f}; "
       f"client CPU {cpu:.2f} s = {cpu / s['requests'] * 1e6:.0f} us per request")

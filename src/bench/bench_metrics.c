@@ -161,13 +161,16 @@ void bench_summary_compute(struct bench_record *recs, size_t n, const struct ben
     if (!n) return;
 
     size_t n_gaps = 0;
-    double t_first = INFINITY, t_last = -INFINITY;
+    double t_first = INFINITY, t_last = -INFINITY, last_send = -INFINITY;
     for (size_t i = 0; i < n; i++) {
         n_gaps += (size_t)recs[i].n_gaps;
         if (recs[i].send_s < t_first) t_first = recs[i].send_s;
+        if (recs[i].send_s > last_send) last_send = recs[i].send_s;
         if (recs[i].end_s > t_last) t_last = recs[i].end_s;
     }
     s->duration_s = t_last > t_first ? t_last - t_first : 0;
+    /* the rate the generator actually sent at, independent of the server's tail */
+    if (n > 1 && last_send > t_first) s->send_rate = (double)(n - 1) / (last_send - t_first);
 
     /* peak open requests: +1 at each send, -1 at each end, in time order */
     struct edge *ev = xmalloc(sizeof(*ev) * 2 * n);

@@ -140,6 +140,7 @@ struct bench_summary {
     int32_t n_ok;                                   /* succeeded */
     double duration_s;                              /* last end - first send */
     int32_t peak_in_flight;                         /* most requests open at one time (send..end) */
+    double send_rate;                               /* (n_total - 1) / (last send - first send) */
     struct bench_stats queue;                       /* client queue wait (all records) */
     struct bench_stats lag;                         /* send lag (all records) */
     struct bench_stats ttft, tpot, itl, e2e, speed; /* successful requests */

@@ -33,6 +33,7 @@ json_t *bench_report_summary_json(const struct bench_summary *s, const struct be
     json_object_set_new(j, "succeeded", json_integer(s->n_ok));
     json_object_set_new(j, "duration_s", json_real(s->duration_s));
     json_object_set_new(j, "peak_in_flight", json_integer(s->peak_in_flight));
+    json_object_set_new(j, "send_rate", json_real(s->send_rate));
     json_object_set_new(j, "request_throughput", json_real(s->req_s));
     json_object_set_new(j, "input_tokens_per_s", json_real(s->in_tok_s));
     json_object_set_new(j, "output_tokens_per_s", json_real(s->out_tok_s));
@@ -184,8 +185,8 @@ void bench_report_text(FILE *f, const struct bench_summary *s, const struct benc
     for (int32_t k = 0; k < s->n_error_kinds; k++)
         fprintf(f, "  failed          %d x %s%d\n", s->errors[k].n,
                 s->errors[k].status ? "HTTP " : "transport ", s->errors[k].status);
-    fprintf(f, "duration          %.3f s, at most %d requests open at once\n", s->duration_s,
-            s->peak_in_flight);
+    fprintf(f, "duration          %.3f s, sent at %.1f req/s, at most %d requests open at once\n",
+            s->duration_s, s->send_rate, s->peak_in_flight);
     fprintf(f, "throughput        %.2f req/s, %.1f input tok/s, %.1f output tok/s\n", s->req_s,
             s->in_tok_s, s->out_tok_s);
     fprintf(f, "  %-24s %10s %10s %10s %10s %10s\n", "", "mean", "p50", "p90", "p99", "max");

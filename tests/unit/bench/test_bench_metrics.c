@@ -91,7 +91,8 @@ TEST(summary_matches_hand_computation)
     EXPECT_EQ_INT(s.n_total, 4);
     EXPECT_EQ_INT(s.n_ok, 3);
     EXPECT_NEAR(s.duration_s, 3.01, 1e-12);
-    EXPECT_EQ_INT(s.peak_in_flight, 1); /* one after another */
+    EXPECT_EQ_INT(s.peak_in_flight, 1);   /* one after another */
+    EXPECT_NEAR(s.send_rate, 1.0, 1e-12); /* sends at 0, 1, 2, 3 */
     EXPECT_NEAR(s.req_s, 3 / 3.01, 1e-12);
     EXPECT_NEAR(s.out_tok_s, 13 / 3.01, 1e-12);
     EXPECT_NEAR(s.in_tok_s, 400 / 3.01, 1e-12);
