@@ -5,18 +5,18 @@
 # machine. Not a test: the figures depend on the machine and its load, which
 # is printed with them.
 #
-#   bench/bench_generator.sh [RATE] [STREAM_RATE]     (defaults 2000 2500)
+#   bench/bench_generator.sh [RATE] [STREAM_RATE]     (defaults 2000 1000)
 #
 # Run 1 (rate):    Poisson arrivals at RATE req/s for 10 s; each request 64
 #                  prompt tokens, 4 streamed tokens 2 ms apart.
-# Run 2 (streams): Poisson arrivals at STREAM_RATE req/s for 6 s; each stream
-#                  stays open ~2.8 s (TTFT 1 s, 8 events 250 ms apart), so
-#                  about STREAM_RATE * 2.8 streams are open at the peak.
+# Run 2 (streams): Poisson arrivals at STREAM_RATE req/s for 8 s; each stream
+#                  stays open ~6 s (TTFT 1 s, then 5 more events 1 s apart),
+#                  so about STREAM_RATE * 6 streams are open at the peak.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${INFERD_BIN:-build/release/inferd}
 rate=${1:-2000}
-srate=${2:-2500}
+srate=${2:-1000}
 tmp=$(mktemp -d)
 mock_pid=
 cleanup() { [ -n "$mock_pid" ] && kill "$mock_pid" 2>/dev/null; rm -rf "$tmp"; }
@@ -55,9 +55,9 @@ start_mock --ttft-ms 2 --itl-ms 2
     --rate "$rate" --json >"$tmp/r1.json"
 report "rate $rate req/s" "$tmp/r1.json" "$tmp/t1"
 
-start_mock --ttft-ms 1000 --itl-ms 250
+start_mock --ttft-ms 1000 --itl-ms 1000
 /usr/bin/time -f "%U %S" -o "$tmp/t2" "$B" bench --no-progress --metrics-path none \
-    --url "http://127.0.0.1:$port" --input 64 --output 8 --requests $((srate * 6)) \
+    --url "http://127.0.0.1:$port" --input 64 --output 6 --requests $((srate * 8)) \
     --rate "$srate" --json >"$tmp/r2.json"
 report "streams at $srate req/s" "$tmp/r2.json" "$tmp/t2"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
