@@ -515,7 +515,11 @@ int bench_client_run(const struct bench_workload *w, const struct bench_target *
         c.recs[i].spec_drafts = c.recs[i].spec_draft_tok = c.recs[i].spec_accepted = -1;
         if (w->items[i].after < 0) heap_push(&c, w->items[i].t_s, i);
     }
+    /* two priorities: the due-time timer runs before pending socket reads in
+     * the same loop iteration, so a busy loop delays sends as little as it can */
+    event_base_priority_init(c.base, 2);
     c.timer = evtimer_new(c.base, on_timer, &c);
+    event_priority_set(c.timer, 0);
     c.progress = o->progress && isatty(STDERR_FILENO);
     if (c.progress) {
         c.tick = event_new(c.base, -1, EV_PERSIST, on_tick, &c);
