@@ -245,7 +245,8 @@ static void on_chunk(struct evhttp_request *req, void *arg)
     for (int k = 0; k < n_vec; k++) {
         if (f->status != 200 || f->json_body) {
             /* error bodies: keep the start for the message; JSON: all */
-            size_t room = f->json_body ? vec[k].iov_len : 200 - MIN(200, f->body.len);
+            size_t cap = f->json_body ? BENCH_SSE_MAX_EVENT : 200;
+            size_t room = cap - MIN(cap, f->body.len);
             buf_append(&f->body, vec[k].iov_base, MIN(room, vec[k].iov_len));
             continue;
         }

@@ -122,6 +122,11 @@ static int line(struct bench_sse *s, const char *p, size_t n)
     if (name_len != 4 || memcmp(p, "data", 4)) return 0; /* event:, id:, retry: ignored */
     const char *v = colon ? colon + 1 : p + n;
     if (v < p + n && *v == ' ') v++;
+    if (s->data.len + (size_t)(p + n - v) > BENCH_SSE_MAX_EVENT) {
+        fail(s, "event too long", NULL);
+        buf_release(&s->data);
+        return 0;
+    }
     if (s->data.len) buf_putc(&s->data, '\n');
     buf_append(&s->data, v, (size_t)(p + n - v));
     return 0;
@@ -143,6 +148,11 @@ int bench_sse_feed(struct bench_sse *s, const char *p, size_t n)
         while (e < end && *e != '\n' && *e != '\r')
             e++;
         if (e == end) {
+            if (s->line.len + (size_t)(e - p) > BENCH_SSE_MAX_EVENT) {
+                fail(s, "event too long", NULL);
+                buf_release(&s->line);
+                break;
+            }
             buf_append(&s->line, p, (size_t)(e - p));
             break;
         }

@@ -30,6 +30,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Longest line or event accepted (a server that never ends a line must not
+ * exhaust memory): beyond it the stream is marked failed and dropped. */
+#define BENCH_SSE_MAX_EVENT (16u << 20)
+
 struct bench_sse {
     struct buf line;        /* partial line carried to the next feed */
     struct buf data;        /* data lines of the event being read */

@@ -89,4 +89,20 @@ TEST(error_event_and_malformed_json_fail_without_crashing)
     }
 }
 
+TEST(endless_line_is_dropped)
+{
+    struct bench_sse s;
+    bench_sse_init(&s, false);
+    char *chunk = malloc(1 << 20);
+    memset(chunk, 'x', 1 << 20);
+    memcpy(chunk, "data: ", 6);
+    for (int i = 0; i < 20; i++)
+        bench_sse_feed(&s, chunk, 1 << 20);
+    EXPECT(s.failed);
+    EXPECT(strstr(s.error, "too long") != NULL);
+    EXPECT(s.line.cap <= BENCH_SSE_MAX_EVENT * 2);
+    free(chunk);
+    bench_sse_release(&s);
+}
+
 TEST_MAIN()
