@@ -123,6 +123,17 @@ end_a = a["send_ms"] + a["e2e_ms"]
 assert 199 <= b["due_ms"] - end_a <= 203, (b["due_ms"], end_a)
 assert b["ideal_cached_tokens"] == 192, b' "$dir/r5/records.jsonl"
 
+# concurrency cap: the client-side wait is queue time, not server latency
+start_mock cap --ttft-ms 50 --itl-ms 1
+bench --url "http://127.0.0.1:$port" --input 16 --output 1 --requests 6 --rate 100000 \
+    --max-concurrency 2 --out "$dir/rc" >/dev/null
+check "concurrency cap: waits recorded as queue time" '
+q = sorted(r["queue_ms"] for r in s)
+assert q[0] < 5 and q[1] < 5 and q[2] >= 45 and q[4] >= 95, q
+assert all(r["e2e_ms"] >= 50 and r["send_ms"] >= r["due_ms"] + r["queue_ms"] - 0.002 for r in s)' \
+    "$dir/rc/records.jsonl"
+start_mock fast --ttft-ms 5 --itl-ms 1
+
 # 5. concurrency sweep: sweep.json with both points and a Pareto plot
 bench --url "http://127.0.0.1:$port" --input 16 --output 8 --requests 12 \
     --sweep-concurrency 1,4 --user-speed 1 --out "$dir/r6" >/dev/null
