@@ -71,6 +71,16 @@ if grep -q "<svg" "$dir/r1/cdf.svg" && grep -q "polyline" "$dir/r1/cdf.svg"; the
 if grep -q "speculative" "$dir/r1.txt" && grep -q "server hit ratio 0.5000" "$dir/r1.txt"; then
     ok "text report"; else fail "text report: $(cat "$dir/r1.txt")"; fi
 
+# text prompts through chat: one word per token keeps the prefix blocks
+start_mock text --ttft-ms 2 --itl-ms 1 --block-tokens 16
+bench --url "http://127.0.0.1:$port" --chat --synthetic prefix --groups 2 --users-per-group 3 \
+    --prefix-tokens 64 --input 16 --output 3 --requests 12 --concurrency 1 --json >"$dir/rt.json"
+check "--chat text prompts: server hits equal the ideal" '
+c = s["prefix_cache"]
+assert s["succeeded"] == 12 and c["prompt_tokens_reported"] == 12 * 80, c
+assert abs(c["server_hit_ratio"] - c["ideal_hit_ratio"]) < 1e-9 and c["ideal_hit_ratio"] > 0.6, c' \
+    "$dir/rt.json"
+
 # 2. speculation only through Prometheus counters (scraped before and after)
 start_mock prom --ttft-ms 5 --itl-ms 2 --spec-k 4 --spec-accept 2 --spec-metrics-only
 "$INFERD_BIN" bench --no-progress --url "http://127.0.0.1:$port" --input 32 --output 7 \
