@@ -10,6 +10,8 @@ int cmd_run(int argc, char **argv);
 int cmd_grammar(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_bench_engine(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_bench_mock(int argc, char **argv);
 int cmd_model_info(int argc, char **argv);
 int cmd_model_make(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);

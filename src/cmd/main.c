@@ -16,6 +16,7 @@ static void usage(FILE *out)
             "  run           generate from a prompt on the command line\n"
             "  logits        write the logits of every prompt position (float32)\n"
             "  bench-engine  prefill / decode speed, as a share of this machine's limits\n"
+            "  bench         load generator and evaluator for OpenAI-compatible servers\n"
             "  model info    describe a GGUF model file\n"
             "  model make    write a random-weight test model with a real tokenizer\n"
             "  tokenize      text -> token ids with a model's tokenizer\n"
@@ -39,6 +40,9 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "template")) return cmd_template(argc - 1, argv + 1);
     if (!strcmp(cmd, "grammar")) return cmd_grammar(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench-engine")) return cmd_bench_engine(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    /* hidden: the scripted server bench's tests run against (docs/bench.md) */
+    if (!strcmp(cmd, "bench-mock")) return cmd_bench_mock(argc - 1, argv + 1);
     if (!strcmp(cmd, "model")) {
         if (argc >= 3 && !strcmp(argv[2], "info")) return cmd_model_info(argc - 2, argv + 2);
         if (argc >= 3 && !strcmp(argv[2], "make")) return cmd_model_make(argc - 2, argv + 2);
