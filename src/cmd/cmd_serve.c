@@ -29,6 +29,10 @@ static void serve_usage(void)
                     "  --max-seqs N            sequences decoding at once (default 64)\n"
                     "  --kv-blocks N           KV cache blocks (default: fit ctx x "
                     "max-seqs)\n"
+                    "  --token-budget N        tokens per engine step: decode tokens + prefill "
+                    "chunks (default 512;\n"
+                    "                          smaller keeps inter-token latency smoother "
+                    "under arrivals)\n"
                     "  --max-queue N           waiting sequences before 429 (default 256)\n"
                     "  --max-open N            requests in progress before 503 (default "
                     "1024)\n"
@@ -83,6 +87,9 @@ int cmd_serve(int argc, char **argv)
         } else if (!strcmp(a, "--max-seqs")) {
             if (!arg_int(a, v, 1, 4096, &n)) return 2;
             c.max_seqs = (int)n;
+        } else if (!strcmp(a, "--token-budget")) {
+            if (!arg_int(a, v, 16, 1 << 16, &n)) return 2;
+            c.token_budget = (int)n;
         } else if (!strcmp(a, "--kv-blocks")) {
             if (!arg_int(a, v, 1, 1 << 24, &n)) return 2;
             c.kv_blocks = (int)n;

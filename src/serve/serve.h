@@ -26,6 +26,7 @@ struct serve_config {
     int max_ctx;            /* context length per request (0: min(trained, 4096)) */
     int max_seqs;           /* sequences running at once in the engine */
     int kv_blocks;          /* KV pool blocks (0: fit max_ctx * max_seqs) */
+    int token_budget;       /* tokens per engine step (0: the engine's default, 512) */
     int max_queue;          /* waiting sequences before 429 */
     int max_open;           /* HTTP requests in progress before 503 */
     size_t max_body;        /* request body bytes */

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Serving benchmark (issue: continuous batching, prefix cache, chunked prefill).
+#
+# Starts `inferd serve` on the qwen2.5-0.5b preset (Q8_0, random weights, 2
+# threads) and drives it with `inferd bench`:
+#
+#   1. agentic chats: 8 sessions of multi-turn conversations that share one
+#      ~1,000-token system prompt, run with 1 client and then with 8 concurrent
+#      clients (fresh seeds, so each run starts from a cold cache). Reports
+#      output tokens/s, TTFT and TPOT p50/p99, ITL p50/p99 and the server's
+#      prefix hit ratio; the batching gain is tokens/s(8) / tokens/s(1).
+#   2. cached vs uncached TTFT: groups of requests sharing a 896-token prefix
+#      with 100 own tokens each, one at a time: the first of each group is
+#      uncached, the others ~90% cached; TTFT medians of both kinds.
+#
+# Each turn: 32 new user tokens, a 128-token answer. The server runs with
+# --token-budget $TOKEN_BUDGET (default 128): small steps keep decoding smooth
+# while other clients' prompts are prefilled.
+#
+# Usage: [TOKEN_BUDGET=N] bench/serve/bench_serve.sh [BUILD_DIR] [OUT_DIR]
+# Figures go to OUT_DIR (default /tmp/inferd-bench-serve): summary JSON per
+# run and a report on stdout. Random weights: speed figures are real, text is
+# not meaningful.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$root/build/release}
+out=${2:-/tmp/inferd-bench-serve}
+bin=$build/inferd
+mkdir -p "$out"
+model=$out/qwen2.5-0.5b-q8_0.gguf
+[ -f "$model" ] || "$bin" model make --preset qwen2.5-0.5b --type q8_0 -o "$model" >/dev/null
+
+"$bin" serve -m "$model" --name qwen --port 0 --port-file "$out/port" --data-dir "$out/data" \
+    --threads 2 --ctx 4096 --max-seqs 16 --token-budget "${TOKEN_BUDGET:-128}" \
+    >"$out/serve.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null || true' EXIT
+rm -f "$out/port"
+for _ in $(seq 1 600); do [ -s "$out/port" ] && break; sleep 0.1; done
+url="http://127.0.0.1:$(cat "$out/port")"
+
+run() { # run NAME ARGS...
+    local name=$1; shift
+    "$bin" bench --url "$url" --model qwen --no-progress --out "$out/$name" "$@" >"$out/$name.txt"
+}
+agentic=(--synthetic agentic --sessions 8 --turns 3 --prefix-tokens 1008 --input 32 --output 128
+         --think 0)
+run c1 "${agentic[@]}" --concurrency 1 --seed 11
+run c8 "${agentic[@]}" --concurrency 8 --seed 12
+run ttft --synthetic prefix --groups 3 --users-per-group 4 --prefix-tokens 896 --input 100 \
+    --output 4 --requests 12 --concurrency 1 --seed 13
+
+/usr/bin/python3 - "$out" <<'PY'
+import json, sys, statistics
+out = sys.argv[1]
+c1 = json.load(open(f"{out}/c1/summary.json"))
+c8 = json.load(open(f"{out}/c8/summary.json"))
+def line(name, s):
+    pc = s["prefix_cache"]
+    print(f"{name}: {s['succeeded']}/{s['requests']} ok, output {s['output_tokens_per_s']:.1f} tok/s, "
+          f"TTFT p50/p99 {s['ttft_ms']['p50']:.0f}/{s['ttft_ms']['p99']:.0f} ms, "
+          f"TPOT p50/p99 {s['tpot_ms']['p50']:.1f}/{s['tpot_ms']['p99']:.1f} ms, "
+          f"ITL p50/p99 {s['itl_ms']['p50']:.1f}/{s['itl_ms']['p99']:.1f} ms, "
+          f"prefix hit {pc['server_hit_ratio']:.3f} (ideal {pc['ideal_hit_ratio']:.3f})")
+line("1 client ", c1)
+line("8 clients", c8)
+gain = c8["output_tokens_per_s"] / c1["output_tokens_per_s"]
+itl = c8["itl_ms"]["p99"] / c8["itl_ms"]["p50"]
+print(f"batching gain (8 vs 1 client): {gain:.2f}x  (target >= 4x)")
+print(f"ITL p99 / p50 at 8 clients: {itl:.2f}  (target <= 3)")
+recs = [json.loads(l) for l in open(f"{out}/ttft/records.jsonl")]
+cold = [r["ttft_ms"] for r in recs if r.get("ok") and r.get("cached_tokens", 0) == 0]
+warm = [r["ttft_ms"] for r in recs if r.get("ok") and r.get("cached_tokens", 0) > 0]
+share = statistics.median([r["cached_tokens"] / r["input_tokens"] for r in recs
+                           if r.get("cached_tokens", 0) > 0])
+ratio = statistics.median(warm) / statistics.median(cold)
+print(f"TTFT uncached median {statistics.median(cold):.0f} ms (n={len(cold)}), "
+      f"{share:.0%} cached median {statistics.median(warm):.0f} ms (n={len(warm)}): "
+      f"{ratio:.1%} of uncached  (target < 25%)")
+PY
