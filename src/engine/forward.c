@@ -206,8 +206,8 @@ static void prep_act(struct fwd_ctx *c, const float *x, int k, const struct gguf
  * others at the next barrier. Which thread computes a row does not change its
  * bits (kern_matmul's contract). *op numbers the matmuls of the pass; every
  * thread calls them in the same order. */
-static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, int n_tok, float *y, int ldy,
-                   int *op, int nth)
+static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, const void *pk, int n_tok,
+                   float *y, int ldy, int *op, int nth)
 {
     const int rows = (int)w->ne[1], k = (int)w->ne[0];
     _Atomic int *next = &c->op_next[(*op)++];
@@ -216,7 +216,10 @@ static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, int n_tok, fl
     const size_t rb = dtype_row_size(w->type, k);
     const void *act = c->act[act_index(w->type)];
     if (nth == 1) {
-        kern_matmul(w->type, w->data, rb, k, 0, rows, act, c->act_stride, n_tok, y, ldy);
+        if (pk)
+            kern_matmul_packed(w->type, pk, rows, k, 0, rows, act, c->act_stride, n_tok, y, ldy);
+        else
+            kern_matmul(w->type, w->data, rb, k, 0, rows, act, c->act_stride, n_tok, y, ldy);
         return;
     }
     /* Decode (a few tokens, memory bound): ~8 grabs per thread, at most 512
@@ -229,8 +232,12 @@ static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, int n_tok, fl
     for (;;) {
         int r0 = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed);
         if (r0 >= rows) return;
-        kern_matmul(w->type, w->data, rb, k, r0, MIN(rows, r0 + chunk), act, c->act_stride, n_tok,
-                    y, ldy);
+        if (pk)
+            kern_matmul_packed(w->type, pk, rows, k, r0, MIN(rows, r0 + chunk), act, c->act_stride,
+                               n_tok, y, ldy);
+        else
+            kern_matmul(w->type, w->data, rb, k, r0, MIN(rows, r0 + chunk), act, c->act_stride,
+                        n_tok, y, ldy);
     }
 }
 
@@ -329,9 +336,9 @@ static void fwd_worker(void *arg, int ith, int nth)
         prep_act(c, c->h, E, qkv, 3, t0, t1);
         tpool_barrier(c->pool);
 
-        matmul(c, L->wq, T, c->q, Q, &op, nth);
-        matmul(c, L->wk, T, c->k, KV, &op, nth);
-        matmul(c, L->wv, T, c->v, KV, &op, nth);
+        matmul(c, L->wq, L->pk_wq, T, c->q, Q, &op, nth);
+        matmul(c, L->wk, L->pk_wk, T, c->k, KV, &op, nth);
+        matmul(c, L->wv, L->pk_wv, T, c->v, KV, &op, nth);
         tpool_barrier(c->pool);
 
         for (int t = t0; t < t1; t++)
@@ -355,7 +362,7 @@ static void fwd_worker(void *arg, int ith, int nth)
 
         prep_act(c, c->h, Q, &L->wo, 1, t0, t1);
         tpool_barrier(c->pool);
-        matmul(c, L->wo, T, c->o, E, &op, nth);
+        matmul(c, L->wo, L->pk_wo, T, c->o, E, &op, nth);
         tpool_barrier(c->pool);
 
         const struct gguf_tensor *gu[2] = {L->w_gate, L->w_up};
@@ -367,15 +374,15 @@ static void fwd_worker(void *arg, int ith, int nth)
         }
         prep_act(c, c->h, E, gu, 2, t0, t1);
         tpool_barrier(c->pool);
-        matmul(c, L->w_gate, T, c->g, F, &op, nth);
-        matmul(c, L->w_up, T, c->u, F, &op, nth);
+        matmul(c, L->w_gate, L->pk_gate, T, c->g, F, &op, nth);
+        matmul(c, L->w_up, L->pk_up, T, c->u, F, &op, nth);
         tpool_barrier(c->pool);
 
         for (int t = t0; t < t1; t++)
             kern_silu_mul(c->g + (size_t)t * F, c->u + (size_t)t * F, F);
         prep_act(c, c->g, F, &L->w_down, 1, t0, t1);
         tpool_barrier(c->pool);
-        matmul(c, L->w_down, T, c->o, E, &op, nth);
+        matmul(c, L->w_down, L->pk_down, T, c->o, E, &op, nth);
         tpool_barrier(c->pool);
 
         for (int t = t0; t < t1; t++) {
@@ -395,7 +402,7 @@ static void fwd_worker(void *arg, int ith, int nth)
                 hp->rms_eps);
     prep_act(c, c->h, E, &m->output, 1, o0, o1);
     tpool_barrier(c->pool);
-    matmul(c, m->output, c->n_out, c->logits, hp->n_vocab, &op, nth);
+    matmul(c, m->output, m->pk_output, c->n_out, c->logits, hp->n_vocab, &op, nth);
 }
 
 int fwd_run(struct fwd_ctx *c, const struct fwd_batch *b, float *logits, struct err_msg *msg)

@@ -69,6 +69,25 @@ void kern_quantize_act(enum dtype wt, const float *x, void *xq, int k);
 void kern_matmul(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0, int r1,
                  const void *xq, size_t x_row_bytes, int n_tok, float *y, int ldy);
 
+/* ---- packed weights (built once, at model load) ----
+ * A layout of the same weights in which a matmul streams one contiguous
+ * range per 16-row panel, with no per-call repacking (quants.h describes
+ * it). Results are bitwise those of kern_matmul on the GGUF rows, at every
+ * ISA level (the arithmetic is the same; only where the bytes sit changes).
+ * kern_pack_size is 0 where the current level has no packed kernel for the
+ * type (today only q8_0 at the AVX-512 level has one): callers then keep the
+ * GGUF rows. */
+size_t kern_pack_size(enum dtype wt, int rows, int k);
+/* Packs rows [r0, r1) of W (r0 a multiple of 16; r1 <= rows, a multiple of
+ * 16 or rows) into P, which holds kern_pack_size(wt, rows, k) bytes and is
+ * 64-byte aligned. Disjoint row ranges may be packed by different threads. */
+void kern_pack(enum dtype wt, const void *W, size_t w_row_bytes, int k, int rows, int r0, int r1,
+               void *P);
+/* kern_matmul over packed weights of a (rows, k) matrix; r0 must be a
+ * multiple of 16. Same contract and same bits as kern_matmul. */
+void kern_matmul_packed(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
+                        const void *xq, size_t x_row_bytes, int n_tok, float *y, int ldy);
+
 /* ---- attention over a KV cache row block (kv: f32, f16 or bf16) ---- */
 /* out[j] = dot(K row j, q) for j in [0, n_rows); K row j at (char *)k + j * stride. */
 void kern_kv_dot(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q, int d,

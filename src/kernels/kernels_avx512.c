@@ -222,10 +222,11 @@ static void matmul_float(enum dtype wt, const void *W, size_t wrb, int k, int r0
 /* ================= quantized weights: repack ================= */
 
 /* Panel layouts (16 rows, lanes = rows). Sizes are multiples of 64 bytes so
- * consecutive blocks stay aligned. */
+ * consecutive blocks stay aligned. 32-element blocks (q8_0, q4_0) use the
+ * packed q8_0 layout of quants.h for a chunk of nbc blocks: nbc blocks of
+ * struct p32, then the nbc x 16 f16 row scales (q8_0 as stored, +128). */
 struct p32 {             /* one 32-element block (q8_0, q4_0) */
     int32_t w[8][PANEL]; /* dword g of each row: 4 quants as unsigned bytes */
-    float d[PANEL];      /* row scale */
 };
 
 struct pq4k {             /* one q4_K super-block */
@@ -376,11 +377,26 @@ AI __m512i bytes_u(__m512i v, int i, int mask)
     return _mm512_and_si512(_mm512_srli_epi32(v, 8 * i), _mm512_set1_epi32(mask));
 }
 
+/* The 16 f16 values at rp[r] + off, in row order. */
+AI __m256i gather_f16_raw(const char *const *rp, size_t off)
+{
+    uint64_t q[4];
+    for (int i = 0; i < 4; i++)
+        q[i] = (uint64_t)kern__ld16(rp[4 * i] + off) |
+               (uint64_t)kern__ld16(rp[4 * i + 1] + off) << 16 |
+               (uint64_t)kern__ld16(rp[4 * i + 2] + off) << 32 |
+               (uint64_t)kern__ld16(rp[4 * i + 3] + off) << 48;
+    __m128i a = _mm_insert_epi64(_mm_cvtsi64_si128((long long)q[0]), (long long)q[1], 1);
+    __m128i b = _mm_insert_epi64(_mm_cvtsi64_si128((long long)q[2]), (long long)q[3], 1);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
+}
+
 static void repack_q8_0(const char *const *rp, int b0, int nbc, struct p32 *P,
                         const struct pfetch *pf)
 {
     const struct tperm tp = tperm_load();
     const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    __m256i *sc = (__m256i *)(P + nbc);
     for (int b = 0; b < nbc; b++) {
         pfetch_block(pf, b0 + b);
         size_t off = (size_t)(b0 + b) * sizeof(struct block_q8_0);
@@ -388,7 +404,7 @@ static void repack_q8_0(const char *const *rp, int b0, int nbc, struct p32 *P,
         load32x8(&tp, rp, off + 2, o);
         for (int g = 0; g < 8; g++)
             _mm512_store_si512(P[b].w[g], _mm512_xor_si512(o[g], x80));
-        _mm512_store_ps(P[b].d, gather_f16(rp, off));
+        _mm256_storeu_si256(sc + b, gather_f16_raw(rp, off));
     }
 }
 
@@ -397,6 +413,7 @@ static void repack_q4_0(const char *const *rp, int b0, int nbc, struct p32 *P,
 {
     const struct tperm tp = tperm_load();
     const __m512i m4 = _mm512_set1_epi8(15);
+    __m256i *sc = (__m256i *)(P + nbc);
     for (int b = 0; b < nbc; b++) {
         pfetch_block(pf, b0 + b);
         size_t off = (size_t)(b0 + b) * sizeof(struct block_q4_0);
@@ -407,7 +424,7 @@ static void repack_q4_0(const char *const *rp, int b0, int nbc, struct p32 *P,
             _mm512_store_si512(P[b].w[g], _mm512_and_si512(o[g], m4));
             _mm512_store_si512(P[b].w[4 + g], _mm512_and_si512(_mm512_srli_epi16(o[g], 4), m4));
         }
-        _mm512_store_ps(P[b].d, gather_f16(rp, off));
+        _mm256_storeu_si256(sc + b, gather_f16_raw(rp, off));
     }
 }
 
@@ -518,6 +535,7 @@ struct xq8 {
 struct qtile {
     const char *x[TILE_T];        /* activation block b0 of each token */
     const struct xq8 *pr[TILE_T]; /* q8_0: side data at block b0 of each token */
+    const uint16_t *ds[2];        /* 32-blocks: f16 row scales of each panel, 16 a block */
     float *acc;                   /* (T, NP, 16) float accumulators, in/out */
 };
 
@@ -554,7 +572,7 @@ AI void tile_p32(const struct p32 *const *PP, int nbc, const struct qtile *q, co
         }
         __m512 d[2];
         for (int p = 0; p < NP; p++)
-            d[p] = _mm512_load_ps(PP[p][b].d);
+            d[p] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q->ds[p] + PANEL * b)));
         for (int t = 0; t < T; t++) {
             __m512 dx = _mm512_set1_ps(q->pr[t][b].d);
             for (int p = 0; p < NP; p++)
@@ -1188,7 +1206,10 @@ static void matmul_quant(const struct qtype *qt, const void *W, size_t wrb, int 
         return;
     }
     const int chunk = qt->chunk < nb ? qt->chunk : nb;
-    char *panels = kern__scratch(KERN__SLOT_PANEL, 2 * (size_t)chunk * qt->pblock);
+    /* 32-blocks keep their f16 scales after the chunk's quants */
+    const size_t pstride =
+        ((size_t)chunk * qt->pblock + (qt->offset ? 32 * (size_t)chunk : 0) + 63) & ~(size_t)63;
+    char *panels = kern__scratch(KERN__SLOT_PANEL, 2 * pstride);
     const int tb = token_block(xrb, n_tok, TILE_T);
     float *acc = kern__scratch(KERN__SLOT_ACC, (size_t)tb * 2 * PANEL * sizeof(float));
 
@@ -1211,16 +1232,18 @@ static void matmul_quant(const struct qtype *qt, const void *W, size_t wrb, int 
                 pf[p] = (struct pfetch){(const char *)W + (size_t)rn * wrb, 0, 0};
                 if (rn < r1) pf[p].bytes = (size_t)MIN(PANEL, r1 - rn) * wrb;
                 pf[p].step = (pf[p].bytes / (size_t)nb + 64) & ~(size_t)63;
-                pp[p] = panels + (size_t)p * chunk * qt->pblock;
+                pp[p] = panels + (size_t)p * pstride;
             }
             memset(acc, 0, (size_t)nt * np * PANEL * sizeof(float));
             for (int b0 = 0; b0 < nb; b0 += chunk) {
                 const int nbc = b0 + chunk < nb ? chunk : nb - b0;
-                for (int p = 0; p < np; p++)
+                struct qtile q;
+                for (int p = 0; p < np; p++) {
                     qt->repack(rp[p], b0, nbc, (void *)pp[p], &pf[p]);
+                    q.ds[p] = (const uint16_t *)((const char *)pp[p] + (size_t)nbc * qt->pblock);
+                }
                 for (int t0 = 0; t0 < nt; t0 += tmax) {
                     const int T = nt - t0 < tmax ? nt - t0 : tmax;
-                    struct qtile q;
                     for (int t = 0; t < T; t++) {
                         int tok = tb0 + t0 + t;
                         q.x[t] = (const char *)xq + (size_t)tok * xrb + (size_t)b0 * qt->xblock;
@@ -1233,6 +1256,146 @@ static void matmul_quant(const struct qtype *qt, const void *W, size_t wrb, int 
             const int nr = r1 - r < np * PANEL ? r1 - r : np * PANEL;
             /* Vector stores, not memcpy: a 64/128-byte memcpy per token
              * went through rep movs, whose start-up cost dominated. */
+            const __mmask16 m0 = nr >= PANEL ? 0xffff : (__mmask16)((1u << nr) - 1);
+            const __mmask16 m1 = nr >= 2 * PANEL ? 0xffff
+                                 : nr > PANEL    ? (__mmask16)((1u << (nr - PANEL)) - 1)
+                                                 : 0;
+            for (int t = 0; t < nt; t++) {
+                float *dst = y + (size_t)(tb0 + t) * ldy + r;
+                const float *src = acc + (size_t)t * np * PANEL;
+                _mm512_mask_storeu_ps(dst, m0, _mm512_loadu_ps(src));
+                if (m1) _mm512_mask_storeu_ps(dst + PANEL, m1, _mm512_loadu_ps(src + PANEL));
+            }
+            r += np * PANEL;
+        }
+    }
+}
+
+/* ================= packed q8_0 weights (quants.h) ================= */
+
+/* The load-time layout is the tiles' panel layout already, so prefill runs
+ * the same register tiles straight from it, and decode needs no transpose:
+ * eight vpdpbusd per block leave each row's block integer in its lane. */
+
+struct pkq {
+    const char *P; /* packed matrix */
+    size_t pb;     /* bytes per panel */
+    int nb;        /* blocks per row */
+    int r1;        /* one past the last row to store */
+};
+
+#define PK_PF 1024 /* prefetch distance along a panel's quants, bytes */
+
+AI void gemv_pk_q8_0(const struct pkq *a, const struct qgemv *g, int r, const int T)
+{
+    const char *panel = a->P + (size_t)(r / PANEL) * a->pb;
+    const uint16_t *sc = (const uint16_t *)(panel + (size_t)a->nb * 512);
+    const char *end = panel + a->pb; /* the next panel follows: prefetch on into it */
+    __m512 acc[GEMV_T];
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int b = 0; b < a->nb; b++) {
+        const __m512i *w = (const __m512i *)(panel + (size_t)b * 512);
+        const char *pf = (const char *)w + PK_PF;
+        if (pf < end || r + PANEL < a->r1)
+            for (int i = 0; i < 8; i++)
+                _mm_prefetch(pf + 64 * i, _MM_HINT_T0);
+        if ((b & 1) == 0) _mm_prefetch((const char *)(sc + PANEL * b) + PK_PF / 8, _MM_HINT_T0);
+        __m512i I0[GEMV_T], I1[GEMV_T];
+        const size_t xo = (size_t)b * sizeof(struct block_q8_0) + 2;
+        for (int t = 0; t < T; t++) {
+            I0[t] = _mm512_set1_epi32(g->pr[t][b].bias);
+            I1[t] = _mm512_setzero_si512();
+        }
+        for (int q = 0; q < 8; q += 2) {
+            const __m512i w0 = _mm512_load_si512(w + q), w1 = _mm512_load_si512(w + q + 1);
+            for (int t = 0; t < T; t++) {
+                I0[t] = _mm512_dpbusd_epi32(I0[t], w0, bcast32(g->x[t] + xo + 4 * q));
+                I1[t] = _mm512_dpbusd_epi32(I1[t], w1, bcast32(g->x[t] + xo + 4 * q + 4));
+            }
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + PANEL * b)));
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0[t], I1[t])),
+                                     _mm512_mul_ps(dw, _mm512_set1_ps(g->pr[t][b].d)), acc[t]);
+    }
+    for (int t = 0; t < T; t++)
+        gemv_store(g, r, t, acc[t], NULL);
+}
+
+#define DEF_GEMV_PK(name, T)                                                                       \
+    static __attribute__((noinline)) void name(const struct pkq *a, const struct qgemv *g, int r)  \
+    {                                                                                              \
+        gemv_pk_q8_0(a, g, r, T);                                                                  \
+    }
+DEF_GEMV_PK(gemv_pk_q8_0_1, 1)
+DEF_GEMV_PK(gemv_pk_q8_0_2, 2)
+DEF_GEMV_PK(gemv_pk_q8_0_3, 3)
+DEF_GEMV_PK(gemv_pk_q8_0_4, 4)
+
+static void (*const gemv_pk_fns[GEMV_T + 1])(const struct pkq *, const struct qgemv *, int) = {
+    NULL, gemv_pk_q8_0_1, gemv_pk_q8_0_2, gemv_pk_q8_0_3, gemv_pk_q8_0_4};
+
+static void matmul_packed_avx512(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
+                                 const void *xq, size_t xrb, int n_tok, float *y, int ldy)
+{
+    (void)wt;
+    (void)rows;
+    const int nb = k / QK8_0;
+    const struct pkq a = {P, q8x16_panel_bytes(nb), nb, r1};
+    struct xq8 *pr = kern__scratch(KERN__SLOT_PREP, (size_t)n_tok * nb * sizeof(*pr));
+    prep_q8_0(xq, xrb, n_tok, nb, 128, pr);
+    if (n_tok <= GEMV_T) {
+        struct qgemv g = {NULL, 0, nb, r1, {NULL}, {NULL}, {NULL}, {NULL}};
+        for (int t = 0; t < n_tok; t++) {
+            g.x[t] = (const char *)xq + (size_t)t * xrb;
+            g.pr[t] = pr + (size_t)t * nb;
+            g.y[t] = y + (size_t)t * ldy;
+        }
+        for (int r = r0; r < r1; r += PANEL)
+            gemv_pk_fns[n_tok](&a, &g, r);
+        return;
+    }
+    const int chunk = qt_q8_0.chunk < nb ? qt_q8_0.chunk : nb;
+    const int tb = token_block(xrb, n_tok, TILE_T);
+    float *acc = kern__scratch(KERN__SLOT_ACC, (size_t)tb * 2 * PANEL * sizeof(float));
+    for (int tb0 = 0; tb0 < n_tok; tb0 += tb) {
+        const int nt = tb0 + tb < n_tok ? tb : n_tok - tb0;
+        for (int r = r0; r < r1;) {
+            const int np = r + PANEL < r1 ? 2 : 1;
+            const int tmax = np == 2 ? TILE_T2 : TILE_T;
+            const char *panel[2];
+            for (int p = 0; p < np; p++)
+                panel[p] = a.P + (size_t)(r / PANEL + p) * a.pb;
+            memset(acc, 0, (size_t)nt * np * PANEL * sizeof(float));
+            for (int b0 = 0; b0 < nb; b0 += chunk) {
+                const int nbc = b0 + chunk < nb ? chunk : nb - b0;
+                struct qtile q;
+                const void *pp[2];
+                for (int p = 0; p < np; p++) {
+                    pp[p] = panel[p] + (size_t)b0 * 512;
+                    q.ds[p] = (const uint16_t *)(panel[p] + (size_t)nb * 512) + PANEL * b0;
+                    /* the next chunk (or the next panels' first), into L2
+                     * while this one is reused across the token block */
+                    const char *nx = (const char *)pp[p] + (size_t)nbc * 512;
+                    if (b0 + nbc >= nb) nx = panel[p] + (size_t)np * a.pb;
+                    if (b0 + nbc < nb || r + np * PANEL < r1)
+                        for (int i = 0; i < chunk * 8; i++)
+                            _mm_prefetch(nx + 64 * i, _MM_HINT_T1);
+                }
+                for (int t0 = 0; t0 < nt; t0 += tmax) {
+                    const int T = nt - t0 < tmax ? nt - t0 : tmax;
+                    for (int t = 0; t < T; t++) {
+                        int tok = tb0 + t0 + t;
+                        q.x[t] = (const char *)xq + (size_t)tok * xrb +
+                                 (size_t)b0 * sizeof(struct block_q8_0);
+                        q.pr[t] = pr + (size_t)tok * nb + b0;
+                    }
+                    q.acc = acc + (size_t)t0 * np * PANEL;
+                    tile_p32_fns[np][T](pp, nbc, &q);
+                }
+            }
+            const int nr = r1 - r < np * PANEL ? r1 - r : np * PANEL;
             const __mmask16 m0 = nr >= PANEL ? 0xffff : (__mmask16)((1u << nr) - 1);
             const __mmask16 m1 = nr >= 2 * PANEL ? 0xffff
                                  : nr > PANEL    ? (__mmask16)((1u << (nr - PANEL)) - 1)
@@ -1444,6 +1607,7 @@ static float sum_sq_f32_avx512(const float *x, int n)
 
 const struct kern__ops kern__ops_avx512 = {
     .matmul = matmul_avx512,
+    .matmul_packed = matmul_packed_avx512,
     .kv_dot = kv_dot_avx512,
     .kv_accum = kv_accum_avx512,
     .kv_store = kv_store_avx512,
