@@ -122,7 +122,8 @@ int fwd_ctx_new(const struct model *m, struct kv_pool *kv, struct tpool *pool, i
     c->u = xaligned_alloc(sizeof(float) * T * (size_t)F);
     c->rope = xaligned_alloc(sizeof(float) * T * (size_t)hp->n_rot);
     c->scores = xaligned_alloc(sizeof(float) * (size_t)tpool_size(pool) * (size_t)max_ctx);
-    /* f32 activations are the widest per element of every act type. */
+    /* f32 activations are the widest per element of every act type (q8_0
+     * rows with their side data take 1.3 bytes an element). */
     c->act_stride = ((size_t)widest * sizeof(float) + 63) & ~(size_t)63;
     for (int i = 0; i < ACT_COUNT; i++)
         c->act[i] = xaligned_alloc(c->act_stride * T);
@@ -184,6 +185,12 @@ static void add_bias(float *x, const struct gguf_tensor *b, int n)
         x[i] += bv[i];
 }
 
+/* Where a q8_0 activation row of k elements keeps its side data. */
+static size_t side_offset(int k)
+{
+    return (dtype_row_size(DTYPE_Q8_0, k) + 63) & ~(size_t)63;
+}
+
 /* Quantizes rows [t0, t1) of x (stride k floats) for each weight type in ws. */
 static void prep_act(struct fwd_ctx *c, const float *x, int k, const struct gguf_tensor *const *ws,
                      int n_ws, int t0, int t1)
@@ -193,9 +200,12 @@ static void prep_act(struct fwd_ctx *c, const float *x, int k, const struct gguf
         int ai = act_index(ws[i]->type);
         if (done[ai]) continue;
         done[ai] = true;
-        for (int t = t0; t < t1; t++)
-            kern_quantize_act(ws[i]->type, x + (size_t)t * k,
-                              c->act[ai] + (size_t)t * c->act_stride, k);
+        for (int t = t0; t < t1; t++) {
+            uint8_t *row = c->act[ai] + (size_t)t * c->act_stride;
+            kern_quantize_act(ws[i]->type, x + (size_t)t * k, row, k);
+            /* the packed kernels' side data, once per row for every matmul */
+            if (ai == ACT_Q8_0) kern_act_side(DTYPE_Q8_0, row, k, row + side_offset(k));
+        }
     }
 }
 
@@ -217,16 +227,18 @@ static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, const void *p
     const void *act = c->act[act_index(w->type)];
     if (nth == 1) {
         if (pk)
-            kern_matmul_packed(w->type, pk, rows, k, 0, rows, act, c->act_stride, n_tok, y, ldy);
+            kern_matmul_packed(w->type, pk, rows, k, 0, rows, act, c->act_stride,
+                               (const uint8_t *)act + side_offset(k), c->act_stride, n_tok, y, ldy);
         else
             kern_matmul(w->type, w->data, rb, k, 0, rows, act, c->act_stride, n_tok, y, ldy);
         return;
     }
     /* Decode (a few tokens, memory bound): ~8 grabs per thread, at most 512
-     * rows a grab. Prefill: ~2 grabs per thread, because every kern_matmul
-     * call prepares all the tokens' activation side data again. Whole 16-row
-     * panels either way. */
-    int per_thread = n_tok > 4 ? 2 : 8;
+     * rows a grab. Prefill: ~2 grabs per thread on GGUF rows, because every
+     * kern_matmul call prepares all the tokens' activation side data again;
+     * ~4 on packed weights, whose side data was prepared once per token.
+     * Whole 16-row panels either way (packed panels need it). */
+    int per_thread = n_tok > 4 ? (pk ? 4 : 2) : 8;
     int chunk = (rows / (nth * per_thread) + 15) & ~15;
     chunk = MAX(16, n_tok > 4 ? chunk : MIN(512, chunk));
     for (;;) {
@@ -234,7 +246,7 @@ static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, const void *p
         if (r0 >= rows) return;
         if (pk)
             kern_matmul_packed(w->type, pk, rows, k, r0, MIN(rows, r0 + chunk), act, c->act_stride,
-                               n_tok, y, ldy);
+                               (const uint8_t *)act + side_offset(k), c->act_stride, n_tok, y, ldy);
         else
             kern_matmul(w->type, w->data, rb, k, r0, MIN(rows, r0 + chunk), act, c->act_stride,
                         n_tok, y, ldy);

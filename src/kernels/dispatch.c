@@ -135,12 +135,13 @@ size_t kern_pack_size(enum dtype wt, int rows, int k)
 }
 
 void kern_matmul_packed(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
-                        const void *xq, size_t x_row_bytes, int n_tok, float *y, int ldy)
+                        const void *xq, size_t x_row_bytes, const void *xs, size_t xs_row_bytes,
+                        int n_tok, float *y, int ldy)
 {
     kern__matmul_check(wt, k, r0, r1, n_tok);
     CHECK(wt == DTYPE_Q8_0 && r1 <= rows && r0 % Q8X16_ROWS == 0);
     if (r0 == r1 || n_tok == 0) return;
-    ops()->matmul_packed(wt, P, rows, k, r0, r1, xq, x_row_bytes, n_tok, y, ldy);
+    ops()->matmul_packed(wt, P, rows, k, r0, r1, xq, x_row_bytes, xs, xs_row_bytes, n_tok, y, ldy);
 }
 
 void kern_kv_dot(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q, int d,

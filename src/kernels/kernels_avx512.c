@@ -1179,6 +1179,11 @@ static void prep_q8_0(const char *xq, size_t xrb, int n_tok, int nb, int offset,
     }
 }
 
+void kern__act_side_q8_0_avx512(const void *xq, int k, void *side)
+{
+    prep_q8_0(xq, 0, 1, k / QK8_0, 128, side);
+}
+
 static void matmul_quant(const struct qtype *qt, const void *W, size_t wrb, int k, int r0, int r1,
                          const void *xq, size_t xrb, int n_tok, float *y, int ldy)
 {
@@ -1284,7 +1289,7 @@ struct pkq {
     int r1;        /* one past the last row to store */
 };
 
-#define PK_PF 1024 /* prefetch distance along a panel's quants, bytes */
+#define PK_PF 2048 /* prefetch distance along a panel's quants, bytes */
 
 AI void gemv_pk_q8_0(const struct pkq *a, const struct qgemv *g, int r, const int T)
 {
@@ -1337,19 +1342,20 @@ static void (*const gemv_pk_fns[GEMV_T + 1])(const struct pkq *, const struct qg
     NULL, gemv_pk_q8_0_1, gemv_pk_q8_0_2, gemv_pk_q8_0_3, gemv_pk_q8_0_4};
 
 static void matmul_packed_avx512(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
-                                 const void *xq, size_t xrb, int n_tok, float *y, int ldy)
+                                 const void *xq, size_t xrb, const void *xs, size_t xsrb, int n_tok,
+                                 float *y, int ldy)
 {
     (void)wt;
     (void)rows;
     const int nb = k / QK8_0;
     const struct pkq a = {P, q8x16_panel_bytes(nb), nb, r1};
-    struct xq8 *pr = kern__scratch(KERN__SLOT_PREP, (size_t)n_tok * nb * sizeof(*pr));
-    prep_q8_0(xq, xrb, n_tok, nb, 128, pr);
+    _Static_assert(sizeof(struct xq8) == sizeof(struct kern_q8_side), "side data layout");
+#define SIDE(t) ((const struct xq8 *)((const char *)xs + (size_t)(t)*xsrb))
     if (n_tok <= GEMV_T) {
         struct qgemv g = {NULL, 0, nb, r1, {NULL}, {NULL}, {NULL}, {NULL}};
         for (int t = 0; t < n_tok; t++) {
             g.x[t] = (const char *)xq + (size_t)t * xrb;
-            g.pr[t] = pr + (size_t)t * nb;
+            g.pr[t] = SIDE(t);
             g.y[t] = y + (size_t)t * ldy;
         }
         for (int r = r0; r < r1; r += PANEL)
@@ -1389,7 +1395,7 @@ static void matmul_packed_avx512(enum dtype wt, const void *P, int rows, int k, 
                         int tok = tb0 + t0 + t;
                         q.x[t] = (const char *)xq + (size_t)tok * xrb +
                                  (size_t)b0 * sizeof(struct block_q8_0);
-                        q.pr[t] = pr + (size_t)tok * nb + b0;
+                        q.pr[t] = SIDE(tok) + b0;
                     }
                     q.acc = acc + (size_t)t0 * np * PANEL;
                     tile_p32_fns[np][T](pp, nbc, &q);
@@ -1410,6 +1416,8 @@ static void matmul_packed_avx512(enum dtype wt, const void *P, int rows, int k, 
         }
     }
 }
+
+#undef SIDE
 
 static void matmul_avx512(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0, int r1,
                           const void *xq, size_t x_row_bytes, int n_tok, float *y, int ldy)

@@ -565,9 +565,38 @@ void kern_pack(enum dtype wt, const void *W, size_t w_row_bytes, int k, int rows
     }
 }
 
-void kern__matmul_packed_ref(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
-                             const void *xq, size_t x_row_bytes, int n_tok, float *y, int ldy)
+size_t kern_act_side_bytes(enum dtype wt, int k)
 {
+    CHECK(wt == DTYPE_Q8_0 && k % QK8_0 == 0);
+    return (size_t)(k / QK8_0) * sizeof(struct kern_q8_side);
+}
+
+void kern_act_side(enum dtype wt, const void *xq, int k, void *side)
+{
+    CHECK(wt == DTYPE_Q8_0 && k % QK8_0 == 0);
+    if (kern_isa() == KERN_ISA_AVX512) {
+        kern__act_side_q8_0_avx512(xq, k, side);
+        return;
+    }
+    const struct block_q8_0 *x = xq;
+    struct kern_q8_side *s = side;
+    for (int b = 0; b < k / QK8_0; b++) {
+        int sum = 0;
+        for (int i = 0; i < QK8_0; i++)
+            sum += x[b].qs[i];
+        s[b].d = kern__f16_to_f32(x[b].d);
+        s[b].bias = -128 * sum;
+    }
+}
+
+/* The reference reads the quantized rows alone (xs is the SIMD levels'
+ * shortcut to the same numbers). */
+void kern__matmul_packed_ref(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
+                             const void *xq, size_t x_row_bytes, const void *xs,
+                             size_t xs_row_bytes, int n_tok, float *y, int ldy)
+{
+    (void)xs;
+    (void)xs_row_bytes;
     CHECK(wt == DTYPE_Q8_0 && r1 <= rows && r0 % Q8X16_ROWS == 0);
     const int nb = k / QK8_0;
     const size_t pb = q8x16_panel_bytes(nb);

@@ -321,6 +321,20 @@ TEST(packed_q8_0_matches_rows)
         int cut = rows > 16 ? 16 : rows;
         kern_pack(DTYPE_Q8_0, p.W, p.wrb, p.k, rows, 0, cut, P);
         if (cut < rows) kern_pack(DTYPE_Q8_0, p.W, p.wrb, p.k, rows, cut, rows, P);
+        /* side data rows with a stride of their own */
+        const size_t xsb = kern_act_side_bytes(DTYPE_Q8_0, p.k) + 8;
+        uint8_t *XS = malloc((size_t)N * xsb);
+        for (int t = 0; t < N; t++)
+            kern_act_side(DTYPE_Q8_0, p.X + (size_t)t * p.xrb, p.k, XS + (size_t)t * xsb);
+        /* the side data is integer sums and exact conversions: same bytes at every level */
+        for (int isa = 0; isa <= (int)kern_isa_max(); isa++) {
+            kern_set_isa((enum kern_isa)isa);
+            uint8_t side[sizeof(struct kern_q8_side) * 4864 / 32];
+            for (int t = 0; t < N; t++) {
+                kern_act_side(DTYPE_Q8_0, p.X + (size_t)t * p.xrb, p.k, side);
+                EXPECT(memcmp(side, XS + (size_t)t * xsb, xsb - 8) == 0);
+            }
+        }
         float *ref = malloc(sizeof(float) * rows * N), *y = malloc(sizeof(float) * rows * N);
         kern_set_isa(KERN_ISA_SCALAR);
         run(&p, 0, rows, 0, N, ref, rows);
@@ -329,14 +343,15 @@ TEST(packed_q8_0_matches_rows)
             kern_set_isa((enum kern_isa)isa);
             for (size_t i = 0; i < (size_t)rows * N; i++)
                 y[i] = sentinel();
-            kern_matmul_packed(DTYPE_Q8_0, P, rows, p.k, 0, rows, p.X, p.xrb, N, y, rows);
+            kern_matmul_packed(DTYPE_Q8_0, P, rows, p.k, 0, rows, p.X, p.xrb, XS, xsb, N, y, rows);
             bad += !same_bits(ref, y, rows * N);
             /* row ranges on the panel grid, one token at a time */
             for (int t = 0; t < N; t += 1 + N / 5) {
                 for (int r0 = 0; r0 < rows; r0 += 32) {
                     int r1 = r0 + 32 < rows ? r0 + 32 : rows;
                     kern_matmul_packed(DTYPE_Q8_0, P, rows, p.k, r0, r1, p.X + (size_t)t * p.xrb,
-                                       p.xrb, 1, y + (size_t)t * rows, rows);
+                                       p.xrb, XS + (size_t)t * xsb, xsb, 1, y + (size_t)t * rows,
+                                       rows);
                 }
                 bad += !same_bits(ref + (size_t)t * rows, y + (size_t)t * rows, rows);
             }
@@ -346,6 +361,7 @@ TEST(packed_q8_0_matches_rows)
         }
         EXPECT_EQ_INT(bad, 0);
         free(P);
+        free(XS);
         free(ref);
         free(y);
         prob_free(&p);
