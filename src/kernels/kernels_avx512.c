@@ -56,7 +56,8 @@
 #define FTILE_R 4  /* weight rows per float register tile */
 #define FTILE_T 6  /* tokens per float register tile */
 
-#define L2_ACT (2048 * 1024) /* activation bytes a token block may keep in L2 */
+#define L2_ACT  (2048 * 1024) /* activation bytes a quantized token block may keep */
+#define L2_FACT (256 * 1024)  /* activation bytes a float token block may keep */
 
 /* ---- small helpers ---- */
 
@@ -74,9 +75,14 @@ AI __m512i bcast32(const void *p)
     return _mm512_set1_epi32(kern__ld32(p));
 }
 
-static int token_block(size_t x_row_bytes, int n_tok, int multiple)
+/* Tokens per block whose activations take about `budget` bytes. Quantized
+ * kernels read one activation byte per 16-32 multiply-adds and take blocks
+ * as large as the repack cost wants; float tiles read one f32 per 4 FMAs, so
+ * their activations must stay in L2 (1 MiB on Zen 4, with the weight rows):
+ * 2 MiB float blocks ran from L3 at ~50 % of the FMA peak, 256 KiB at ~75 %. */
+static int token_block(size_t x_row_bytes, int n_tok, int multiple, size_t budget)
 {
-    size_t tb = L2_ACT / (x_row_bytes ? x_row_bytes : 1);
+    size_t tb = budget / (x_row_bytes ? x_row_bytes : 1);
     if (tb < (size_t)multiple) tb = (size_t)multiple;
     tb -= tb % (size_t)multiple;
     return tb >= (size_t)n_tok ? n_tok : (int)tb;
@@ -208,7 +214,7 @@ static void matmul_float(enum dtype wt, const void *W, size_t wrb, int k, int r0
     void (*const *fns)(const struct mmf *, int, int) = wt == DTYPE_F32   ? mmf_f32__fns
                                                        : wt == DTYPE_F16 ? mmf_f16__fns
                                                                          : mmf_bf16__fns;
-    int tb = token_block(xrb, n_tok, FTILE_T);
+    int tb = token_block(xrb, n_tok, FTILE_T, L2_FACT);
     for (int tb0 = 0; tb0 < n_tok; tb0 += tb) {
         int tb1 = tb0 + tb < n_tok ? tb0 + tb : n_tok;
         for (int r = r0; r < r1; r += FTILE_R)
@@ -1215,7 +1221,7 @@ static void matmul_quant(const struct qtype *qt, const void *W, size_t wrb, int 
     const size_t pstride =
         ((size_t)chunk * qt->pblock + (qt->offset ? 32 * (size_t)chunk : 0) + 63) & ~(size_t)63;
     char *panels = kern__scratch(KERN__SLOT_PANEL, 2 * pstride);
-    const int tb = token_block(xrb, n_tok, TILE_T);
+    const int tb = token_block(xrb, n_tok, TILE_T, L2_ACT);
     float *acc = kern__scratch(KERN__SLOT_ACC, (size_t)tb * 2 * PANEL * sizeof(float));
 
     for (int tb0 = 0; tb0 < n_tok; tb0 += tb) {
@@ -1363,7 +1369,7 @@ static void matmul_packed_avx512(enum dtype wt, const void *P, int rows, int k, 
         return;
     }
     const int chunk = qt_q8_0.chunk < nb ? qt_q8_0.chunk : nb;
-    const int tb = token_block(xrb, n_tok, TILE_T);
+    const int tb = token_block(xrb, n_tok, TILE_T, L2_ACT);
     float *acc = kern__scratch(KERN__SLOT_ACC, (size_t)tb * 2 * PANEL * sizeof(float));
     for (int tb0 = 0; tb0 < n_tok; tb0 += tb) {
         const int nt = tb0 + tb < n_tok ? tb : n_tok - tb0;
