@@ -34,6 +34,11 @@
  * interleaved row streams are more than the hardware prefetchers follow,
  * and short rows end before they ramp up.
  *
+ * Packed q8_0 weights (kern_pack, quants.h) are the tiles' panel layout
+ * built once at load: prefill runs the tiles on them with no repack, decode
+ * runs eight vpdpbusd per block and panel with no transpose, no shuffle tree
+ * and one f16 scale load, streaming each panel as one contiguous range.
+ *
  * FLOAT MATMUL (f32, f16, bf16 weights): lanes along k, 16 per element, the
  * canonical scheme; a 4-row x 6-token register tile shares each weight and
  * activation load. bf16 uses vdpbf16ps (pairs of bf16 products into one f32
