@@ -1300,7 +1300,8 @@ struct pkq {
     int r1;        /* one past the last row to store */
 };
 
-#define PK_PF 2048 /* prefetch distance along a panel's quants, bytes */
+#define PK_GEMV_MAX 8    /* token counts up to this take the decode kernel, 4 at a time */
+#define PK_PF       2048 /* prefetch distance along a panel's quants, bytes */
 
 AI void gemv_pk_q8_0(const struct pkq *a, const struct qgemv *g, int r, const int T)
 {
@@ -1362,15 +1363,27 @@ static void matmul_packed_avx512(enum dtype wt, const void *P, int rows, int k, 
     const struct pkq a = {P, q8x16_panel_bytes(nb), nb, r1};
     _Static_assert(sizeof(struct xq8) == sizeof(struct kern_q8_side), "side data layout");
 #define SIDE(t) ((const struct xq8 *)((const char *)xs + (size_t)(t)*xsrb))
-    if (n_tok <= GEMV_T) {
-        struct qgemv g = {NULL, 0, nb, r1, {NULL}, {NULL}, {NULL}, {NULL}};
-        for (int t = 0; t < n_tok; t++) {
-            g.x[t] = (const char *)xq + (size_t)t * xrb;
-            g.pr[t] = SIDE(t);
-            g.y[t] = y + (size_t)t * ldy;
+    if (n_tok <= PK_GEMV_MAX) {
+        /* Small batches (up to 8 tokens): per panel, the decode kernel on each group of up
+         * to 4 tokens; the panel (15-80 KiB) is read from memory once and
+         * from L1/L2 by the later groups, with none of the tile path's
+         * accumulator traffic. */
+        struct qgemv g[PK_GEMV_MAX / GEMV_T];
+        const int ng = (n_tok + GEMV_T - 1) / GEMV_T;
+        for (int i = 0; i < ng; i++) {
+            g[i] = (struct qgemv){NULL, 0, nb, r1, {NULL}, {NULL}, {NULL}, {NULL}};
+            for (int j = 0; j < GEMV_T && GEMV_T * i + j < n_tok; j++) {
+                const int t = GEMV_T * i + j;
+                g[i].x[j] = (const char *)xq + (size_t)t * xrb;
+                g[i].pr[j] = SIDE(t);
+                g[i].y[j] = y + (size_t)t * ldy;
+            }
         }
         for (int r = r0; r < r1; r += PANEL)
-            gemv_pk_fns[n_tok](&a, &g, r);
+            for (int i = 0; i < ng; i++) {
+                const int T = n_tok - GEMV_T * i < GEMV_T ? n_tok - GEMV_T * i : GEMV_T;
+                gemv_pk_fns[T](&a, &g[i], r);
+            }
         return;
     }
     const int chunk = qt_q8_0.chunk < nb ? qt_q8_0.chunk : nb;
