@@ -170,6 +170,7 @@ int inferd_model_load(const char *path, inferd_model **out, char *err, size_t er
         copy_err(err, err_len, &msg, rc);
         return rc;
     }
+    model_pack(m);
     struct inferd_model *im = xcalloc(1, sizeof(*im));
     im->m = m;
     static const char *keys[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",

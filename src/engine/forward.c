@@ -122,7 +122,8 @@ int fwd_ctx_new(const struct model *m, struct kv_pool *kv, struct tpool *pool, i
     c->u = xaligned_alloc(sizeof(float) * T * (size_t)F);
     c->rope = xaligned_alloc(sizeof(float) * T * (size_t)hp->n_rot);
     c->scores = xaligned_alloc(sizeof(float) * (size_t)tpool_size(pool) * (size_t)max_ctx);
-    /* f32 activations are the widest per element of every act type. */
+    /* f32 activations are the widest per element of every act type (q8_0
+     * rows with their side data take 1.3 bytes an element). */
     c->act_stride = ((size_t)widest * sizeof(float) + 63) & ~(size_t)63;
     for (int i = 0; i < ACT_COUNT; i++)
         c->act[i] = xaligned_alloc(c->act_stride * T);
@@ -184,6 +185,12 @@ static void add_bias(float *x, const struct gguf_tensor *b, int n)
         x[i] += bv[i];
 }
 
+/* Where a q8_0 activation row of k elements keeps its side data. */
+static size_t side_offset(int k)
+{
+    return (dtype_row_size(DTYPE_Q8_0, k) + 63) & ~(size_t)63;
+}
+
 /* Quantizes rows [t0, t1) of x (stride k floats) for each weight type in ws. */
 static void prep_act(struct fwd_ctx *c, const float *x, int k, const struct gguf_tensor *const *ws,
                      int n_ws, int t0, int t1)
@@ -193,9 +200,12 @@ static void prep_act(struct fwd_ctx *c, const float *x, int k, const struct gguf
         int ai = act_index(ws[i]->type);
         if (done[ai]) continue;
         done[ai] = true;
-        for (int t = t0; t < t1; t++)
-            kern_quantize_act(ws[i]->type, x + (size_t)t * k,
-                              c->act[ai] + (size_t)t * c->act_stride, k);
+        for (int t = t0; t < t1; t++) {
+            uint8_t *row = c->act[ai] + (size_t)t * c->act_stride;
+            kern_quantize_act(ws[i]->type, x + (size_t)t * k, row, k);
+            /* the packed kernels' side data, once per row for every matmul */
+            if (ai == ACT_Q8_0) kern_act_side(DTYPE_Q8_0, row, k, row + side_offset(k));
+        }
     }
 }
 
@@ -206,8 +216,8 @@ static void prep_act(struct fwd_ctx *c, const float *x, int k, const struct gguf
  * others at the next barrier. Which thread computes a row does not change its
  * bits (kern_matmul's contract). *op numbers the matmuls of the pass; every
  * thread calls them in the same order. */
-static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, int n_tok, float *y, int ldy,
-                   int *op, int nth)
+static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, const void *pk, int n_tok,
+                   float *y, int ldy, int *op, int nth)
 {
     const int rows = (int)w->ne[1], k = (int)w->ne[0];
     _Atomic int *next = &c->op_next[(*op)++];
@@ -216,21 +226,30 @@ static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, int n_tok, fl
     const size_t rb = dtype_row_size(w->type, k);
     const void *act = c->act[act_index(w->type)];
     if (nth == 1) {
-        kern_matmul(w->type, w->data, rb, k, 0, rows, act, c->act_stride, n_tok, y, ldy);
+        if (pk)
+            kern_matmul_packed(w->type, pk, rows, k, 0, rows, act, c->act_stride,
+                               (const uint8_t *)act + side_offset(k), c->act_stride, n_tok, y, ldy);
+        else
+            kern_matmul(w->type, w->data, rb, k, 0, rows, act, c->act_stride, n_tok, y, ldy);
         return;
     }
     /* Decode (a few tokens, memory bound): ~8 grabs per thread, at most 512
-     * rows a grab. Prefill: ~2 grabs per thread, because every kern_matmul
-     * call prepares all the tokens' activation side data again. Whole 16-row
-     * panels either way. */
-    int per_thread = n_tok > 4 ? 2 : 8;
+     * rows a grab. Prefill: ~2 grabs per thread on GGUF rows, because every
+     * kern_matmul call prepares all the tokens' activation side data again;
+     * ~4 on packed weights, whose side data was prepared once per token.
+     * Whole 16-row panels either way (packed panels need it). */
+    int per_thread = n_tok > 4 ? (pk ? 4 : 2) : 8;
     int chunk = (rows / (nth * per_thread) + 15) & ~15;
     chunk = MAX(16, n_tok > 4 ? chunk : MIN(512, chunk));
     for (;;) {
         int r0 = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed);
         if (r0 >= rows) return;
-        kern_matmul(w->type, w->data, rb, k, r0, MIN(rows, r0 + chunk), act, c->act_stride, n_tok,
-                    y, ldy);
+        if (pk)
+            kern_matmul_packed(w->type, pk, rows, k, r0, MIN(rows, r0 + chunk), act, c->act_stride,
+                               (const uint8_t *)act + side_offset(k), c->act_stride, n_tok, y, ldy);
+        else
+            kern_matmul(w->type, w->data, rb, k, r0, MIN(rows, r0 + chunk), act, c->act_stride,
+                        n_tok, y, ldy);
     }
 }
 
@@ -329,9 +348,9 @@ static void fwd_worker(void *arg, int ith, int nth)
         prep_act(c, c->h, E, qkv, 3, t0, t1);
         tpool_barrier(c->pool);
 
-        matmul(c, L->wq, T, c->q, Q, &op, nth);
-        matmul(c, L->wk, T, c->k, KV, &op, nth);
-        matmul(c, L->wv, T, c->v, KV, &op, nth);
+        matmul(c, L->wq, L->pk_wq, T, c->q, Q, &op, nth);
+        matmul(c, L->wk, L->pk_wk, T, c->k, KV, &op, nth);
+        matmul(c, L->wv, L->pk_wv, T, c->v, KV, &op, nth);
         tpool_barrier(c->pool);
 
         for (int t = t0; t < t1; t++)
@@ -355,7 +374,7 @@ static void fwd_worker(void *arg, int ith, int nth)
 
         prep_act(c, c->h, Q, &L->wo, 1, t0, t1);
         tpool_barrier(c->pool);
-        matmul(c, L->wo, T, c->o, E, &op, nth);
+        matmul(c, L->wo, L->pk_wo, T, c->o, E, &op, nth);
         tpool_barrier(c->pool);
 
         const struct gguf_tensor *gu[2] = {L->w_gate, L->w_up};
@@ -367,15 +386,15 @@ static void fwd_worker(void *arg, int ith, int nth)
         }
         prep_act(c, c->h, E, gu, 2, t0, t1);
         tpool_barrier(c->pool);
-        matmul(c, L->w_gate, T, c->g, F, &op, nth);
-        matmul(c, L->w_up, T, c->u, F, &op, nth);
+        matmul(c, L->w_gate, L->pk_gate, T, c->g, F, &op, nth);
+        matmul(c, L->w_up, L->pk_up, T, c->u, F, &op, nth);
         tpool_barrier(c->pool);
 
         for (int t = t0; t < t1; t++)
             kern_silu_mul(c->g + (size_t)t * F, c->u + (size_t)t * F, F);
         prep_act(c, c->g, F, &L->w_down, 1, t0, t1);
         tpool_barrier(c->pool);
-        matmul(c, L->w_down, T, c->o, E, &op, nth);
+        matmul(c, L->w_down, L->pk_down, T, c->o, E, &op, nth);
         tpool_barrier(c->pool);
 
         for (int t = t0; t < t1; t++) {
@@ -395,7 +414,7 @@ static void fwd_worker(void *arg, int ith, int nth)
                 hp->rms_eps);
     prep_act(c, c->h, E, &m->output, 1, o0, o1);
     tpool_barrier(c->pool);
-    matmul(c, m->output, c->n_out, c->logits, hp->n_vocab, &op, nth);
+    matmul(c, m->output, m->pk_output, c->n_out, c->logits, hp->n_vocab, &op, nth);
 }
 
 int fwd_run(struct fwd_ctx *c, const struct fwd_batch *b, float *logits, struct err_msg *msg)

@@ -85,6 +85,11 @@ int gguf_open(const char *path, struct gguf_file **out, struct err_msg *msg);
  * Used by the fuzz target and by tests. */
 int gguf_open_buffer(const void *buf, size_t size, struct gguf_file **out, struct err_msg *msg);
 void gguf_close(struct gguf_file *f);
+/* Tells the kernel that the mapped bytes [p, p + n) of f (tensor data) are
+ * not needed for now: the whole pages inside the range leave this process's
+ * resident set; a later read faults them back in from the file (they stay in
+ * the page cache while memory allows). No-op for gguf_open_buffer handles. */
+void gguf_release_pages(const struct gguf_file *f, const void *p, size_t n);
 
 uint32_t gguf_version(const struct gguf_file *f);
 size_t gguf_alignment(const struct gguf_file *f);

@@ -697,6 +697,16 @@ void gguf_close(struct gguf_file *f)
     free(f);
 }
 
+void gguf_release_pages(const struct gguf_file *f, const void *p, size_t n)
+{
+    if (!f->mapped || n == 0) return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1), hi = ((uintptr_t)p + n) & ~(page - 1);
+    CHECK((const uint8_t *)p >= f->base && (const uint8_t *)p + n <= f->base + f->size);
+    /* a read-only private file mapping: dropping pages loses nothing */
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 uint32_t gguf_version(const struct gguf_file *f)
 {
     return f->version;

@@ -19,6 +19,7 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "kernels/kernels_impl.h"
+#include "kernels/quants.h"
 
 #include <errno.h>
 #include <cpuid.h>
@@ -124,6 +125,23 @@ void kern_matmul(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0
     kern__matmul_check(wt, k, r0, r1, n_tok);
     if (r0 == r1 || n_tok == 0) return;
     ops()->matmul(wt, W, w_row_bytes, k, r0, r1, xq, x_row_bytes, n_tok, y, ldy);
+}
+
+size_t kern_pack_size(enum dtype wt, int rows, int k)
+{
+    CHECK(rows >= 0 && k > 0);
+    if (wt != DTYPE_Q8_0 || k % QK8_0 || kern_isa() != KERN_ISA_AVX512) return 0;
+    return (size_t)((rows + Q8X16_ROWS - 1) / Q8X16_ROWS) * q8x16_panel_bytes(k / QK8_0);
+}
+
+void kern_matmul_packed(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
+                        const void *xq, size_t x_row_bytes, const void *xs, size_t xs_row_bytes,
+                        int n_tok, float *y, int ldy)
+{
+    kern__matmul_check(wt, k, r0, r1, n_tok);
+    CHECK(wt == DTYPE_Q8_0 && r1 <= rows && r0 % Q8X16_ROWS == 0);
+    if (r0 == r1 || n_tok == 0) return;
+    ops()->matmul_packed(wt, P, rows, k, r0, r1, xq, x_row_bytes, xs, xs_row_bytes, n_tok, y, ldy);
 }
 
 void kern_kv_dot(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q, int d,

@@ -69,6 +69,37 @@ void kern_quantize_act(enum dtype wt, const float *x, void *xq, int k);
 void kern_matmul(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0, int r1,
                  const void *xq, size_t x_row_bytes, int n_tok, float *y, int ldy);
 
+/* ---- packed weights (built once, at model load) ----
+ * A layout of the same weights in which a matmul streams one contiguous
+ * range per 16-row panel, with no per-call repacking (quants.h describes
+ * it). Results are bitwise those of kern_matmul on the GGUF rows, at every
+ * ISA level (the arithmetic is the same; only where the bytes sit changes).
+ * kern_pack_size is 0 where the current level has no packed kernel for the
+ * type (today only q8_0 at the AVX-512 level has one): callers then keep the
+ * GGUF rows. */
+size_t kern_pack_size(enum dtype wt, int rows, int k);
+/* Packs rows [r0, r1) of W (r0 a multiple of 16; r1 <= rows, a multiple of
+ * 16 or rows) into P, which holds kern_pack_size(wt, rows, k) bytes and is
+ * 64-byte aligned. Disjoint row ranges may be packed by different threads. */
+void kern_pack(enum dtype wt, const void *W, size_t w_row_bytes, int k, int rows, int r0, int r1,
+               void *P);
+/* Side data a packed matmul reads next to each activation row, computed once
+ * per row (not once per matmul call): for q8_0 activations, per 32-block the
+ * f32 scale and -128 * the sum of the quants (struct kern_q8_side). */
+struct kern_q8_side {
+    float d;      /* the block's scale as f32 */
+    int32_t bias; /* -128 * sum of its quants */
+};
+size_t kern_act_side_bytes(enum dtype wt, int k);
+void kern_act_side(enum dtype wt, const void *xq, int k, void *side);
+/* kern_matmul over packed weights of a (rows, k) matrix; r0 must be a
+ * multiple of 16. Activation row t's side data (kern_act_side) is at
+ * (const char *)xs + t * xs_row_bytes. Same contract and same bits as
+ * kern_matmul. */
+void kern_matmul_packed(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
+                        const void *xq, size_t x_row_bytes, const void *xs, size_t xs_row_bytes,
+                        int n_tok, float *y, int ldy);
+
 /* ---- attention over a KV cache row block (kv: f32, f16 or bf16) ---- */
 /* out[j] = dot(K row j, q) for j in [0, n_rows); K row j at (char *)k + j * stride. */
 void kern_kv_dot(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q, int d,

@@ -34,6 +34,11 @@
  * interleaved row streams are more than the hardware prefetchers follow,
  * and short rows end before they ramp up.
  *
+ * Packed q8_0 weights (kern_pack, quants.h) are the tiles' panel layout
+ * built once at load: prefill runs the tiles on them with no repack, decode
+ * runs eight vpdpbusd per block and panel with no transpose, no shuffle tree
+ * and one f16 scale load, streaming each panel as one contiguous range.
+ *
  * FLOAT MATMUL (f32, f16, bf16 weights): lanes along k, 16 per element, the
  * canonical scheme; a 4-row x 6-token register tile shares each weight and
  * activation load. bf16 uses vdpbf16ps (pairs of bf16 products into one f32
@@ -56,7 +61,8 @@
 #define FTILE_R 4  /* weight rows per float register tile */
 #define FTILE_T 6  /* tokens per float register tile */
 
-#define L2_ACT (2048 * 1024) /* activation bytes a token block may keep in L2 */
+#define L2_ACT  (2048 * 1024) /* activation bytes a quantized token block may keep */
+#define L2_FACT (256 * 1024)  /* activation bytes a float token block may keep */
 
 /* ---- small helpers ---- */
 
@@ -74,9 +80,14 @@ AI __m512i bcast32(const void *p)
     return _mm512_set1_epi32(kern__ld32(p));
 }
 
-static int token_block(size_t x_row_bytes, int n_tok, int multiple)
+/* Tokens per block whose activations take about `budget` bytes. Quantized
+ * kernels read one activation byte per 16-32 multiply-adds and take blocks
+ * as large as the repack cost wants; float tiles read one f32 per 4 FMAs, so
+ * their activations must stay in L2 (1 MiB on Zen 4, with the weight rows):
+ * 2 MiB float blocks ran from L3 at ~50 % of the FMA peak, 256 KiB at ~75 %. */
+static int token_block(size_t x_row_bytes, int n_tok, int multiple, size_t budget)
 {
-    size_t tb = L2_ACT / (x_row_bytes ? x_row_bytes : 1);
+    size_t tb = budget / (x_row_bytes ? x_row_bytes : 1);
     if (tb < (size_t)multiple) tb = (size_t)multiple;
     tb -= tb % (size_t)multiple;
     return tb >= (size_t)n_tok ? n_tok : (int)tb;
@@ -208,7 +219,7 @@ static void matmul_float(enum dtype wt, const void *W, size_t wrb, int k, int r0
     void (*const *fns)(const struct mmf *, int, int) = wt == DTYPE_F32   ? mmf_f32__fns
                                                        : wt == DTYPE_F16 ? mmf_f16__fns
                                                                          : mmf_bf16__fns;
-    int tb = token_block(xrb, n_tok, FTILE_T);
+    int tb = token_block(xrb, n_tok, FTILE_T, L2_FACT);
     for (int tb0 = 0; tb0 < n_tok; tb0 += tb) {
         int tb1 = tb0 + tb < n_tok ? tb0 + tb : n_tok;
         for (int r = r0; r < r1; r += FTILE_R)
@@ -222,10 +233,11 @@ static void matmul_float(enum dtype wt, const void *W, size_t wrb, int k, int r0
 /* ================= quantized weights: repack ================= */
 
 /* Panel layouts (16 rows, lanes = rows). Sizes are multiples of 64 bytes so
- * consecutive blocks stay aligned. */
+ * consecutive blocks stay aligned. 32-element blocks (q8_0, q4_0) use the
+ * packed q8_0 layout of quants.h for a chunk of nbc blocks: nbc blocks of
+ * struct p32, then the nbc x 16 f16 row scales (q8_0 as stored, +128). */
 struct p32 {             /* one 32-element block (q8_0, q4_0) */
     int32_t w[8][PANEL]; /* dword g of each row: 4 quants as unsigned bytes */
-    float d[PANEL];      /* row scale */
 };
 
 struct pq4k {             /* one q4_K super-block */
@@ -376,11 +388,26 @@ AI __m512i bytes_u(__m512i v, int i, int mask)
     return _mm512_and_si512(_mm512_srli_epi32(v, 8 * i), _mm512_set1_epi32(mask));
 }
 
+/* The 16 f16 values at rp[r] + off, in row order. */
+AI __m256i gather_f16_raw(const char *const *rp, size_t off)
+{
+    uint64_t q[4];
+    for (int i = 0; i < 4; i++)
+        q[i] = (uint64_t)kern__ld16(rp[4 * i] + off) |
+               (uint64_t)kern__ld16(rp[4 * i + 1] + off) << 16 |
+               (uint64_t)kern__ld16(rp[4 * i + 2] + off) << 32 |
+               (uint64_t)kern__ld16(rp[4 * i + 3] + off) << 48;
+    __m128i a = _mm_insert_epi64(_mm_cvtsi64_si128((long long)q[0]), (long long)q[1], 1);
+    __m128i b = _mm_insert_epi64(_mm_cvtsi64_si128((long long)q[2]), (long long)q[3], 1);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
+}
+
 static void repack_q8_0(const char *const *rp, int b0, int nbc, struct p32 *P,
                         const struct pfetch *pf)
 {
     const struct tperm tp = tperm_load();
     const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    __m256i *sc = (__m256i *)(P + nbc);
     for (int b = 0; b < nbc; b++) {
         pfetch_block(pf, b0 + b);
         size_t off = (size_t)(b0 + b) * sizeof(struct block_q8_0);
@@ -388,7 +415,7 @@ static void repack_q8_0(const char *const *rp, int b0, int nbc, struct p32 *P,
         load32x8(&tp, rp, off + 2, o);
         for (int g = 0; g < 8; g++)
             _mm512_store_si512(P[b].w[g], _mm512_xor_si512(o[g], x80));
-        _mm512_store_ps(P[b].d, gather_f16(rp, off));
+        _mm256_storeu_si256(sc + b, gather_f16_raw(rp, off));
     }
 }
 
@@ -397,6 +424,7 @@ static void repack_q4_0(const char *const *rp, int b0, int nbc, struct p32 *P,
 {
     const struct tperm tp = tperm_load();
     const __m512i m4 = _mm512_set1_epi8(15);
+    __m256i *sc = (__m256i *)(P + nbc);
     for (int b = 0; b < nbc; b++) {
         pfetch_block(pf, b0 + b);
         size_t off = (size_t)(b0 + b) * sizeof(struct block_q4_0);
@@ -407,7 +435,7 @@ static void repack_q4_0(const char *const *rp, int b0, int nbc, struct p32 *P,
             _mm512_store_si512(P[b].w[g], _mm512_and_si512(o[g], m4));
             _mm512_store_si512(P[b].w[4 + g], _mm512_and_si512(_mm512_srli_epi16(o[g], 4), m4));
         }
-        _mm512_store_ps(P[b].d, gather_f16(rp, off));
+        _mm256_storeu_si256(sc + b, gather_f16_raw(rp, off));
     }
 }
 
@@ -518,6 +546,7 @@ struct xq8 {
 struct qtile {
     const char *x[TILE_T];        /* activation block b0 of each token */
     const struct xq8 *pr[TILE_T]; /* q8_0: side data at block b0 of each token */
+    const uint16_t *ds[2];        /* 32-blocks: f16 row scales of each panel, 16 a block */
     float *acc;                   /* (T, NP, 16) float accumulators, in/out */
 };
 
@@ -554,7 +583,7 @@ AI void tile_p32(const struct p32 *const *PP, int nbc, const struct qtile *q, co
         }
         __m512 d[2];
         for (int p = 0; p < NP; p++)
-            d[p] = _mm512_load_ps(PP[p][b].d);
+            d[p] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q->ds[p] + PANEL * b)));
         for (int t = 0; t < T; t++) {
             __m512 dx = _mm512_set1_ps(q->pr[t][b].d);
             for (int p = 0; p < NP; p++)
@@ -1161,6 +1190,11 @@ static void prep_q8_0(const char *xq, size_t xrb, int n_tok, int nb, int offset,
     }
 }
 
+void kern__act_side_q8_0_avx512(const void *xq, int k, void *side)
+{
+    prep_q8_0(xq, 0, 1, k / QK8_0, 128, side);
+}
+
 static void matmul_quant(const struct qtype *qt, const void *W, size_t wrb, int k, int r0, int r1,
                          const void *xq, size_t xrb, int n_tok, float *y, int ldy)
 {
@@ -1188,8 +1222,11 @@ static void matmul_quant(const struct qtype *qt, const void *W, size_t wrb, int 
         return;
     }
     const int chunk = qt->chunk < nb ? qt->chunk : nb;
-    char *panels = kern__scratch(KERN__SLOT_PANEL, 2 * (size_t)chunk * qt->pblock);
-    const int tb = token_block(xrb, n_tok, TILE_T);
+    /* 32-blocks keep their f16 scales after the chunk's quants */
+    const size_t pstride =
+        ((size_t)chunk * qt->pblock + (qt->offset ? 32 * (size_t)chunk : 0) + 63) & ~(size_t)63;
+    char *panels = kern__scratch(KERN__SLOT_PANEL, 2 * pstride);
+    const int tb = token_block(xrb, n_tok, TILE_T, L2_ACT);
     float *acc = kern__scratch(KERN__SLOT_ACC, (size_t)tb * 2 * PANEL * sizeof(float));
 
     for (int tb0 = 0; tb0 < n_tok; tb0 += tb) {
@@ -1211,16 +1248,18 @@ static void matmul_quant(const struct qtype *qt, const void *W, size_t wrb, int 
                 pf[p] = (struct pfetch){(const char *)W + (size_t)rn * wrb, 0, 0};
                 if (rn < r1) pf[p].bytes = (size_t)MIN(PANEL, r1 - rn) * wrb;
                 pf[p].step = (pf[p].bytes / (size_t)nb + 64) & ~(size_t)63;
-                pp[p] = panels + (size_t)p * chunk * qt->pblock;
+                pp[p] = panels + (size_t)p * pstride;
             }
             memset(acc, 0, (size_t)nt * np * PANEL * sizeof(float));
             for (int b0 = 0; b0 < nb; b0 += chunk) {
                 const int nbc = b0 + chunk < nb ? chunk : nb - b0;
-                for (int p = 0; p < np; p++)
+                struct qtile q;
+                for (int p = 0; p < np; p++) {
                     qt->repack(rp[p], b0, nbc, (void *)pp[p], &pf[p]);
+                    q.ds[p] = (const uint16_t *)((const char *)pp[p] + (size_t)nbc * qt->pblock);
+                }
                 for (int t0 = 0; t0 < nt; t0 += tmax) {
                     const int T = nt - t0 < tmax ? nt - t0 : tmax;
-                    struct qtile q;
                     for (int t = 0; t < T; t++) {
                         int tok = tb0 + t0 + t;
                         q.x[t] = (const char *)xq + (size_t)tok * xrb + (size_t)b0 * qt->xblock;
@@ -1247,6 +1286,162 @@ static void matmul_quant(const struct qtype *qt, const void *W, size_t wrb, int 
         }
     }
 }
+
+/* ================= packed q8_0 weights (quants.h) ================= */
+
+/* The load-time layout is the tiles' panel layout already, so prefill runs
+ * the same register tiles straight from it, and decode needs no transpose:
+ * eight vpdpbusd per block leave each row's block integer in its lane. */
+
+struct pkq {
+    const char *P; /* packed matrix */
+    size_t pb;     /* bytes per panel */
+    int nb;        /* blocks per row */
+    int r1;        /* one past the last row to store */
+};
+
+#define PK_GEMV_MAX 8    /* token counts up to this take the decode kernel, 4 at a time */
+#define PK_PF       2048 /* prefetch distance along a panel's quants, bytes */
+
+AI void gemv_pk_q8_0(const struct pkq *a, const struct qgemv *g, int r, const int T)
+{
+    const char *panel = a->P + (size_t)(r / PANEL) * a->pb;
+    const uint16_t *sc = (const uint16_t *)(panel + (size_t)a->nb * 512);
+    const char *end = panel + a->pb; /* the next panel follows: prefetch on into it */
+    __m512 acc[GEMV_T];
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int b = 0; b < a->nb; b++) {
+        const __m512i *w = (const __m512i *)(panel + (size_t)b * 512);
+        const char *pf = (const char *)w + PK_PF;
+        if (pf < end || r + PANEL < a->r1)
+            for (int i = 0; i < 8; i++)
+                _mm_prefetch(pf + 64 * i, _MM_HINT_T0);
+        if ((b & 1) == 0) _mm_prefetch((const char *)(sc + PANEL * b) + PK_PF / 8, _MM_HINT_T0);
+        __m512i I0[GEMV_T], I1[GEMV_T];
+        const size_t xo = (size_t)b * sizeof(struct block_q8_0) + 2;
+        for (int t = 0; t < T; t++) {
+            I0[t] = _mm512_set1_epi32(g->pr[t][b].bias);
+            I1[t] = _mm512_setzero_si512();
+        }
+        for (int q = 0; q < 8; q += 2) {
+            const __m512i w0 = _mm512_load_si512(w + q), w1 = _mm512_load_si512(w + q + 1);
+            for (int t = 0; t < T; t++) {
+                I0[t] = _mm512_dpbusd_epi32(I0[t], w0, bcast32(g->x[t] + xo + 4 * q));
+                I1[t] = _mm512_dpbusd_epi32(I1[t], w1, bcast32(g->x[t] + xo + 4 * q + 4));
+            }
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + PANEL * b)));
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0[t], I1[t])),
+                                     _mm512_mul_ps(dw, _mm512_set1_ps(g->pr[t][b].d)), acc[t]);
+    }
+    for (int t = 0; t < T; t++)
+        gemv_store(g, r, t, acc[t], NULL);
+}
+
+#define DEF_GEMV_PK(name, T)                                                                       \
+    static __attribute__((noinline)) void name(const struct pkq *a, const struct qgemv *g, int r)  \
+    {                                                                                              \
+        gemv_pk_q8_0(a, g, r, T);                                                                  \
+    }
+DEF_GEMV_PK(gemv_pk_q8_0_1, 1)
+DEF_GEMV_PK(gemv_pk_q8_0_2, 2)
+DEF_GEMV_PK(gemv_pk_q8_0_3, 3)
+DEF_GEMV_PK(gemv_pk_q8_0_4, 4)
+
+static void (*const gemv_pk_fns[GEMV_T + 1])(const struct pkq *, const struct qgemv *, int) = {
+    NULL, gemv_pk_q8_0_1, gemv_pk_q8_0_2, gemv_pk_q8_0_3, gemv_pk_q8_0_4};
+
+static void matmul_packed_avx512(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
+                                 const void *xq, size_t xrb, const void *xs, size_t xsrb, int n_tok,
+                                 float *y, int ldy)
+{
+    (void)wt;
+    (void)rows;
+    const int nb = k / QK8_0;
+    const struct pkq a = {P, q8x16_panel_bytes(nb), nb, r1};
+    _Static_assert(sizeof(struct xq8) == sizeof(struct kern_q8_side), "side data layout");
+#define SIDE(t) ((const struct xq8 *)((const char *)xs + (size_t)(t)*xsrb))
+    if (n_tok <= PK_GEMV_MAX) {
+        /* Small batches (up to 8 tokens): per panel, the decode kernel on each group of up
+         * to 4 tokens; the panel (15-80 KiB) is read from memory once and
+         * from L1/L2 by the later groups, with none of the tile path's
+         * accumulator traffic. */
+        struct qgemv g[PK_GEMV_MAX / GEMV_T];
+        const int ng = (n_tok + GEMV_T - 1) / GEMV_T;
+        for (int i = 0; i < ng; i++) {
+            g[i] = (struct qgemv){NULL, 0, nb, r1, {NULL}, {NULL}, {NULL}, {NULL}};
+            for (int j = 0; j < GEMV_T && GEMV_T * i + j < n_tok; j++) {
+                const int t = GEMV_T * i + j;
+                g[i].x[j] = (const char *)xq + (size_t)t * xrb;
+                g[i].pr[j] = SIDE(t);
+                g[i].y[j] = y + (size_t)t * ldy;
+            }
+        }
+        for (int r = r0; r < r1; r += PANEL)
+            for (int i = 0; i < ng; i++) {
+                const int T = n_tok - GEMV_T * i < GEMV_T ? n_tok - GEMV_T * i : GEMV_T;
+                gemv_pk_fns[T](&a, &g[i], r);
+            }
+        return;
+    }
+    const int chunk = qt_q8_0.chunk < nb ? qt_q8_0.chunk : nb;
+    const int tb = token_block(xrb, n_tok, TILE_T, L2_ACT);
+    float *acc = kern__scratch(KERN__SLOT_ACC, (size_t)tb * 2 * PANEL * sizeof(float));
+    for (int tb0 = 0; tb0 < n_tok; tb0 += tb) {
+        const int nt = tb0 + tb < n_tok ? tb : n_tok - tb0;
+        for (int r = r0; r < r1;) {
+            const int np = r + PANEL < r1 ? 2 : 1;
+            const int tmax = np == 2 ? TILE_T2 : TILE_T;
+            const char *panel[2];
+            for (int p = 0; p < np; p++)
+                panel[p] = a.P + (size_t)(r / PANEL + p) * a.pb;
+            memset(acc, 0, (size_t)nt * np * PANEL * sizeof(float));
+            for (int b0 = 0; b0 < nb; b0 += chunk) {
+                const int nbc = b0 + chunk < nb ? chunk : nb - b0;
+                struct qtile q;
+                const void *pp[2];
+                for (int p = 0; p < np; p++) {
+                    pp[p] = panel[p] + (size_t)b0 * 512;
+                    q.ds[p] = (const uint16_t *)(panel[p] + (size_t)nb * 512) + PANEL * b0;
+                    /* the next chunk (or the next panels' first), into L2
+                     * while this one is reused across the token block */
+                    const char *nx = (const char *)pp[p] + (size_t)nbc * 512;
+                    if (b0 + nbc >= nb) nx = panel[p] + (size_t)np * a.pb;
+                    if (b0 + nbc < nb || r + np * PANEL < r1)
+                        for (int i = 0; i < chunk * 8; i++)
+                            _mm_prefetch(nx + 64 * i, _MM_HINT_T1);
+                }
+                for (int t0 = 0; t0 < nt; t0 += tmax) {
+                    const int T = nt - t0 < tmax ? nt - t0 : tmax;
+                    for (int t = 0; t < T; t++) {
+                        int tok = tb0 + t0 + t;
+                        q.x[t] = (const char *)xq + (size_t)tok * xrb +
+                                 (size_t)b0 * sizeof(struct block_q8_0);
+                        q.pr[t] = SIDE(tok) + b0;
+                    }
+                    q.acc = acc + (size_t)t0 * np * PANEL;
+                    tile_p32_fns[np][T](pp, nbc, &q);
+                }
+            }
+            const int nr = r1 - r < np * PANEL ? r1 - r : np * PANEL;
+            const __mmask16 m0 = nr >= PANEL ? 0xffff : (__mmask16)((1u << nr) - 1);
+            const __mmask16 m1 = nr >= 2 * PANEL ? 0xffff
+                                 : nr > PANEL    ? (__mmask16)((1u << (nr - PANEL)) - 1)
+                                                 : 0;
+            for (int t = 0; t < nt; t++) {
+                float *dst = y + (size_t)(tb0 + t) * ldy + r;
+                const float *src = acc + (size_t)t * np * PANEL;
+                _mm512_mask_storeu_ps(dst, m0, _mm512_loadu_ps(src));
+                if (m1) _mm512_mask_storeu_ps(dst + PANEL, m1, _mm512_loadu_ps(src + PANEL));
+            }
+            r += np * PANEL;
+        }
+    }
+}
+
+#undef SIDE
 
 static void matmul_avx512(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0, int r1,
                           const void *xq, size_t x_row_bytes, int n_tok, float *y, int ldy)
@@ -1444,6 +1639,7 @@ static float sum_sq_f32_avx512(const float *x, int n)
 
 const struct kern__ops kern__ops_avx512 = {
     .matmul = matmul_avx512,
+    .matmul_packed = matmul_packed_avx512,
     .kv_dot = kv_dot_avx512,
     .kv_accum = kv_accum_avx512,
     .kv_store = kv_store_avx512,

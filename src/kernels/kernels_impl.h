@@ -44,6 +44,10 @@ struct kern__ops {
     /* kern_matmul, arguments already checked, r0 < r1, n_tok > 0 */
     void (*matmul)(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0, int r1,
                    const void *xq, size_t x_row_bytes, int n_tok, float *y, int ldy);
+    /* kern_matmul_packed, arguments already checked, r0 < r1, n_tok > 0 */
+    void (*matmul_packed)(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
+                          const void *xq, size_t x_row_bytes, const void *xs, size_t xs_row_bytes,
+                          int n_tok, float *y, int ldy);
     /* kern_kv_dot, n_rows > 0 */
     void (*kv_dot)(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q, int d,
                    float *out);
@@ -156,10 +160,16 @@ static inline float kern__tree16(const float l[16])
  * reference; kern_quantize_act calls them at that level. */
 void kern__quantize_q8_0_avx512(const float *x, void *out, int k);
 void kern__quantize_q8_K_avx512(const float *x, void *out, int k);
+/* kern_act_side for q8_0 rows at the AVX-512 level (integer sums: exact). */
+void kern__act_side_q8_0_avx512(const void *xq, int k, void *side);
 
 /* Scalar reference pieces the SIMD files fall back to for odd cases. */
 void kern__matmul_ref(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0, int r1,
                       const void *xq, size_t x_row_bytes, int n_tok, float *y, int ldy);
+
+void kern__matmul_packed_ref(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
+                             const void *xq, size_t x_row_bytes, const void *xs,
+                             size_t xs_row_bytes, int n_tok, float *y, int ldy);
 
 /* Checks kern_matmul's arguments (internal invariants: abort on violation). */
 void kern__matmul_check(enum dtype wt, int k, int r0, int r1, int n_tok);

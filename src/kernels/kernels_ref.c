@@ -534,6 +534,94 @@ void kern__matmul_ref(enum dtype wt, const void *W, size_t w_row_bytes, int k, i
     }
 }
 
+/* ---- packed weights ---- */
+
+void kern_pack(enum dtype wt, const void *W, size_t w_row_bytes, int k, int rows, int r0, int r1,
+               void *P)
+{
+    CHECK(wt == DTYPE_Q8_0 && k > 0 && k % QK8_0 == 0);
+    CHECK(0 <= r0 && r0 <= r1 && r1 <= rows && r0 % Q8X16_ROWS == 0);
+    CHECK(r1 % Q8X16_ROWS == 0 || r1 == rows);
+    const int nb = k / QK8_0;
+    const size_t pb = q8x16_panel_bytes(nb);
+    for (int p0 = r0; p0 < r1; p0 += Q8X16_ROWS) {
+        uint8_t *panel = (uint8_t *)P + (size_t)(p0 / Q8X16_ROWS) * pb;
+        uint16_t *sc = (uint16_t *)(panel + (size_t)nb * 512);
+        memset(panel, 0, pb);
+        for (int l = 0; l < Q8X16_ROWS; l++) {
+            if (p0 + l >= rows) break; /* padding rows stay zero */
+            const struct block_q8_0 *row =
+                (const struct block_q8_0 *)((const char *)W + (size_t)(p0 + l) * w_row_bytes);
+            for (int b = 0; b < nb; b++) {
+                uint8_t *q = panel + (size_t)b * 512 + (size_t)l * 4;
+                for (int g = 0; g < 8; g++) {
+                    /* + 128 on each byte of the dword: flip its top bit */
+                    uint32_t v = (uint32_t)kern__ld32(row[b].qs + 4 * g) ^ 0x80808080u;
+                    memcpy(q + 64 * g, &v, 4);
+                }
+                sc[16 * b + l] = kern__ld16(&row[b].d);
+            }
+        }
+    }
+}
+
+size_t kern_act_side_bytes(enum dtype wt, int k)
+{
+    CHECK(wt == DTYPE_Q8_0 && k % QK8_0 == 0);
+    return (size_t)(k / QK8_0) * sizeof(struct kern_q8_side);
+}
+
+void kern_act_side(enum dtype wt, const void *xq, int k, void *side)
+{
+    CHECK(wt == DTYPE_Q8_0 && k % QK8_0 == 0);
+    if (kern_isa() == KERN_ISA_AVX512) {
+        kern__act_side_q8_0_avx512(xq, k, side);
+        return;
+    }
+    const struct block_q8_0 *x = xq;
+    struct kern_q8_side *s = side;
+    for (int b = 0; b < k / QK8_0; b++) {
+        int sum = 0;
+        for (int i = 0; i < QK8_0; i++)
+            sum += x[b].qs[i];
+        s[b].d = kern__f16_to_f32(x[b].d);
+        s[b].bias = -128 * sum;
+    }
+}
+
+/* The reference reads the quantized rows alone (xs is the SIMD levels'
+ * shortcut to the same numbers). */
+void kern__matmul_packed_ref(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
+                             const void *xq, size_t x_row_bytes, const void *xs,
+                             size_t xs_row_bytes, int n_tok, float *y, int ldy)
+{
+    (void)xs;
+    (void)xs_row_bytes;
+    CHECK(wt == DTYPE_Q8_0 && r1 <= rows && r0 % Q8X16_ROWS == 0);
+    const int nb = k / QK8_0;
+    const size_t pb = q8x16_panel_bytes(nb);
+    for (int t = 0; t < n_tok; t++) {
+        const struct block_q8_0 *x =
+            (const struct block_q8_0 *)((const char *)xq + (size_t)t * x_row_bytes);
+        for (int r = r0; r < r1; r++) {
+            const uint8_t *panel = (const uint8_t *)P + (size_t)(r / Q8X16_ROWS) * pb;
+            const uint16_t *sc = (const uint16_t *)(panel + (size_t)nb * 512);
+            const int l = r % Q8X16_ROWS;
+            float acc = 0.0f;
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *q = panel + (size_t)b * 512 + (size_t)l * 4;
+                int isum = 0;
+                for (int g = 0; g < 8; g++)
+                    for (int j = 0; j < 4; j++)
+                        isum += (q[64 * g + j] - 128) * x[b].qs[4 * g + j];
+                float s = kern__f16_to_f32(sc[16 * b + l]) * kern__f16_to_f32(x[b].d);
+                acc = fmaf((float)isum, s, acc);
+            }
+            y[(size_t)t * ldy + r] = acc;
+        }
+    }
+}
+
 /* ---- KV cache and small reductions ---- */
 
 static float kv_elem(enum dtype kv, const void *row, int i)
@@ -600,6 +688,7 @@ static float sum_sq_f32_ref(const float *x, int n)
 
 const struct kern__ops kern__ops_scalar = {
     .matmul = kern__matmul_ref,
+    .matmul_packed = kern__matmul_packed_ref,
     .kv_dot = kv_dot_ref,
     .kv_accum = kv_accum_ref,
     .kv_store = kv_store_ref,

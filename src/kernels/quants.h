@@ -26,6 +26,7 @@
 #ifndef INFERD_KERNELS_QUANTS_H
 #define INFERD_KERNELS_QUANTS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -68,6 +69,25 @@ _Static_assert(sizeof(struct block_q8_0) == 34, "q8_0 block size");
 _Static_assert(sizeof(struct block_q4_K) == 144, "q4_K block size");
 _Static_assert(sizeof(struct block_q6_K) == 210, "q6_K block size");
 _Static_assert(sizeof(struct block_q8_K) == 292, "q8_K block size");
+
+/* PACKED q8_0 ("q8_0x16", kern_pack): the rows in panels of 16, built once
+ * at load so that a matmul streams one contiguous range per panel and finds
+ * every operand where a 16-lane vector wants it. Rows are padded to a
+ * multiple of 16 with zero rows. With nb = k / 32 blocks per row, panel p
+ * (rows 16p .. 16p + 15) starts at p * q8x16_panel_bytes(nb) and holds
+ *
+ *   quants  at b * 512 + (16 g + l) * 4, g < 8, l < 16: bytes qs[4g .. 4g + 3]
+ *           of block b of row 16p + l, each stored as qs + 128 (unsigned)
+ *   scales  at nb * 512 + (16 b + l) * 2: the f16 d of block b of row 16p + l
+ *
+ * (the scale area is padded to 64 bytes). Same bytes per row as GGUF, and
+ * the same numbers: only the order changes. */
+#define Q8X16_ROWS 16 /* rows per q8_0x16 panel */
+
+static inline size_t q8x16_panel_bytes(int nb)
+{
+    return (size_t)nb * 512 + (((size_t)nb * 32 + 63) & ~(size_t)63);
+}
 
 /* Scale and min of sub-block j (0..7) of a q4_K block: the first four sit in
  * the low 6 bits of bytes 0..3 (scales) and 4..7 (mins); the last four keep

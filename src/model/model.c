@@ -11,8 +11,10 @@
 #include "model/model.h"
 
 #include "base/check.h"
+#include "kernels/kernels.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <xxhash.h>
@@ -251,9 +253,64 @@ err_free:
     return rc;
 }
 
+/* The matrices of m that the forward pass multiplies by, with where their
+ * packed copy goes. */
+static int matrices(struct model *m, const struct gguf_tensor **ts, const void ***pk)
+{
+    int n = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        struct model_layer *L = &m->layers[il];
+        const struct gguf_tensor *t[7] = {L->wq,     L->wk,   L->wv,    L->wo,
+                                          L->w_gate, L->w_up, L->w_down};
+        const void **p[7] = {&L->pk_wq,   &L->pk_wk, &L->pk_wv,  &L->pk_wo,
+                             &L->pk_gate, &L->pk_up, &L->pk_down};
+        for (int i = 0; i < 7; i++, n++) {
+            if (ts) ts[n] = t[i];
+            if (pk) pk[n] = p[i];
+        }
+    }
+    if (ts) ts[n] = m->output;
+    if (pk) pk[n] = &m->pk_output;
+    return n + 1;
+}
+
+void model_pack(struct model *m)
+{
+    CHECK(!m->pk_mem);
+    const int n = matrices(m, NULL, NULL);
+    const struct gguf_tensor **ts = xmalloc(sizeof(*ts) * (size_t)n);
+    const void ***pk = xmalloc(sizeof(*pk) * (size_t)n);
+    size_t *off = xmalloc(sizeof(*off) * (size_t)n);
+    matrices(m, ts, pk);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        size_t b = kern_pack_size(ts[i]->type, (int)ts[i]->ne[1], (int)ts[i]->ne[0]);
+        off[i] = b ? total : SIZE_MAX;
+        total += (b + 63) & ~(size_t)63;
+    }
+    if (total) {
+        m->pk_mem = xaligned_alloc(total);
+        m->pk_bytes = total;
+        for (int i = 0; i < n; i++) {
+            if (off[i] == SIZE_MAX) continue;
+            const struct gguf_tensor *t = ts[i];
+            const int rows = (int)t->ne[1], k = (int)t->ne[0];
+            void *dst = (char *)m->pk_mem + off[i];
+            kern_pack(t->type, t->data, dtype_row_size(t->type, k), k, rows, 0, rows, dst);
+            *pk[i] = dst;
+        }
+        for (int i = 0; i < n; i++)
+            if (off[i] != SIZE_MAX) gguf_release_pages(m->gguf, ts[i]->data, ts[i]->size);
+    }
+    free(ts);
+    free(pk);
+    free(off);
+}
+
 void model_free(struct model *m)
 {
     if (!m) return;
+    free(m->pk_mem);
     gguf_close(m->gguf);
     free(m->layers);
     free(m);

@@ -81,6 +81,9 @@ struct model_layer {
     const struct gguf_tensor *q_norm, *k_norm; /* qwen3; else NULL */
     const struct gguf_tensor *ffn_norm;        /* (n_embd) f32 */
     const struct gguf_tensor *w_gate, *w_up, *w_down;
+    /* packed copies (kern_pack, see model_pack), or NULL: the GGUF rows serve */
+    const void *pk_wq, *pk_wk, *pk_wv, *pk_wo;
+    const void *pk_gate, *pk_up, *pk_down;
 };
 
 struct model {
@@ -91,6 +94,9 @@ struct model {
     const struct gguf_tensor *output;   /* (n_vocab, n_embd); == tok_embd if tied */
     struct model_layer *layers;         /* (n_layer) */
     uint8_t fingerprint[16];            /* XXH3-128 over metadata + tensor data */
+    const void *pk_output;              /* packed output projection, or NULL */
+    void *pk_mem;                       /* one allocation holding every packed copy */
+    size_t pk_bytes;                    /* its size */
     char name[128];                     /* general.name or the file name */
 };
 
@@ -99,6 +105,13 @@ struct model {
  * key or tensor. */
 int model_load(const char *path, struct model **out, struct err_msg *msg);
 void model_free(struct model *m);
+/* Builds the packed copies (kern_pack) of every matrix whose type the
+ * current kernel level packs, in one 64-byte aligned allocation, and
+ * releases the mapped pages of the originals (gguf_release_pages), so the
+ * weights are resident once: the packed copy is anonymous memory, the
+ * originals go back to the page cache (the token embedding rows a step
+ * reads fault back in). Call once, before the model is shared. */
+void model_pack(struct model *m);
 
 /* Reads and validates hyper-parameters only (used by model info). */
 int model_hparams_read(const struct gguf_file *f, struct model_hparams *hp, struct err_msg *msg);

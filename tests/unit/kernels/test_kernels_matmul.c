@@ -293,6 +293,86 @@ TEST(invariance_large_batch)
     kern_set_isa(kern_isa_max());
 }
 
+/* Packed q8_0 weights (kern_pack) give kern_matmul's bits at every level,
+ * for decode-sized and prefill-sized batches, whole and split row ranges
+ * (on the 16-row grid), and padded last panels. */
+TEST(packed_q8_0_matches_rows)
+{
+    struct rng r = {5151};
+    static const int shapes[][3] = {/* rows, k, n_tok */
+                                    {16, 32, 1},   {37, 64, 1},     {53, 896, 2},  {64, 288, 3},
+                                    {100, 896, 4}, {35, 4864, 300}, {48, 224, 5},  {21, 1440, 13},
+                                    {80, 896, 64}, {7, 32, 9},      {130, 192, 33}};
+    int packed_levels = 0;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        struct prob p;
+        prob_init(&p, &r, DTYPE_Q8_0, shapes[si][0], shapes[si][1], shapes[si][2]);
+        const int rows = p.rows, N = p.n_tok;
+        /* The layout does not depend on the level: pack once, at the top. */
+        kern_set_isa(kern_isa_max());
+        size_t bytes = kern_pack_size(DTYPE_Q8_0, rows, p.k);
+        if (!bytes) {
+            prob_free(&p);
+            continue;
+        }
+        packed_levels++;
+        void *P = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        /* in two ranges, as threads would */
+        int cut = rows > 16 ? 16 : rows;
+        kern_pack(DTYPE_Q8_0, p.W, p.wrb, p.k, rows, 0, cut, P);
+        if (cut < rows) kern_pack(DTYPE_Q8_0, p.W, p.wrb, p.k, rows, cut, rows, P);
+        /* side data rows with a stride of their own */
+        const size_t xsb = kern_act_side_bytes(DTYPE_Q8_0, p.k) + 8;
+        uint8_t *XS = malloc((size_t)N * xsb);
+        for (int t = 0; t < N; t++)
+            kern_act_side(DTYPE_Q8_0, p.X + (size_t)t * p.xrb, p.k, XS + (size_t)t * xsb);
+        /* the side data is integer sums and exact conversions: same bytes at every level */
+        for (int isa = 0; isa <= (int)kern_isa_max(); isa++) {
+            kern_set_isa((enum kern_isa)isa);
+            uint8_t side[sizeof(struct kern_q8_side) * 4864 / 32];
+            for (int t = 0; t < N; t++) {
+                kern_act_side(DTYPE_Q8_0, p.X + (size_t)t * p.xrb, p.k, side);
+                EXPECT(memcmp(side, XS + (size_t)t * xsb, xsb - 8) == 0);
+            }
+        }
+        float *ref = malloc(sizeof(float) * rows * N), *y = malloc(sizeof(float) * rows * N);
+        kern_set_isa(KERN_ISA_SCALAR);
+        run(&p, 0, rows, 0, N, ref, rows);
+        int bad = 0;
+        for (int isa = 0; isa <= (int)kern_isa_max(); isa++) {
+            kern_set_isa((enum kern_isa)isa);
+            for (size_t i = 0; i < (size_t)rows * N; i++)
+                y[i] = sentinel();
+            kern_matmul_packed(DTYPE_Q8_0, P, rows, p.k, 0, rows, p.X, p.xrb, XS, xsb, N, y, rows);
+            bad += !same_bits(ref, y, rows * N);
+            /* row ranges on the panel grid, one token at a time */
+            for (int t = 0; t < N; t += 1 + N / 5) {
+                for (int r0 = 0; r0 < rows; r0 += 32) {
+                    int r1 = r0 + 32 < rows ? r0 + 32 : rows;
+                    kern_matmul_packed(DTYPE_Q8_0, P, rows, p.k, r0, r1, p.X + (size_t)t * p.xrb,
+                                       p.xrb, XS + (size_t)t * xsb, xsb, 1, y + (size_t)t * rows,
+                                       rows);
+                }
+                bad += !same_bits(ref + (size_t)t * rows, y + (size_t)t * rows, rows);
+            }
+            if (bad)
+                fprintf(stderr, "  %s packed q8_0 rows=%d k=%d n_tok=%d: differs\n",
+                        kern_isa_name((enum kern_isa)isa), rows, p.k, N);
+        }
+        EXPECT_EQ_INT(bad, 0);
+        free(P);
+        free(XS);
+        free(ref);
+        free(y);
+        prob_free(&p);
+    }
+    kern_set_isa(kern_isa_max());
+    if (!packed_levels) printf("  (no packed layout at this CPU's level)\n");
+    /* other types have no packed layout */
+    EXPECT(kern_pack_size(DTYPE_Q4_K, 16, 256) == 0);
+    EXPECT(kern_pack_size(DTYPE_F16, 16, 256) == 0);
+}
+
 /* ---- KV ops and reductions ---- */
 
 static const enum dtype kv_types[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
