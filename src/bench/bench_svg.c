@@ -5,11 +5,19 @@
 #include "bench/bench_svg.h"
 
 #include "base/check.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <math.h>
+#include <spawn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+extern char **environ;
 
 #define SVG_W      720
 #define SVG_H      440
@@ -148,5 +156,50 @@ int bench_svg_write(const struct bench_svg_plot *p, const char *path, struct err
     ok = (fclose(f) == 0) && ok;
     buf_release(&b);
     if (!ok) return err_set(m, -EIO, "cannot write '%s'", path);
+    bench_svg_to_png(path);
     return 0;
+}
+
+/* Is prog an executable file in a PATH directory? */
+static bool on_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    if (!path) return false;
+    char dir[4096];
+    while (*path) {
+        size_t n = strcspn(path, ":");
+        if (n > 0 && n + strlen(prog) + 2 < sizeof(dir)) {
+            snprintf(dir, sizeof(dir), "%.*s/%s", (int)n, path, prog);
+            if (access(dir, X_OK) == 0) return true;
+        }
+        path += n + (path[n] == ':');
+    }
+    return false;
+}
+
+bool bench_svg_to_png(const char *svg_path)
+{
+    size_t n = strlen(svg_path);
+    if (n < 4 || strcmp(svg_path + n - 4, ".svg")) return false;
+    char png[4096];
+    if (n >= sizeof(png)) return false;
+    snprintf(png, sizeof(png), "%.*s.png", (int)(n - 4), svg_path);
+    /* rsvg-convert (Debian librsvg2-bin) first, else ImageMagick. */
+    char *rsvg[] = {"rsvg-convert", "-o", png, (char *)svg_path, NULL};
+    char *magick[] = {"convert", (char *)svg_path, png, NULL};
+    char **argv = on_path("rsvg-convert") ? rsvg : on_path("convert") ? magick : NULL;
+    if (!argv) return false;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    int st = 0;
+    if (rc == 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        return true;
+    log_warn("no PNG for '%s': %s failed (the SVG is written)", svg_path, argv[0]);
+    unlink(png);
+    return false;
 }

@@ -46,7 +46,14 @@ double bench_svg_tick_step(double lo, double hi, int target);
 
 /* Renders the plot as an SVG document into out. */
 void bench_svg_render(const struct bench_svg_plot *p, struct buf *out);
-/* Renders and writes to path; negated errno with m set on failure. */
+/* Renders and writes to path; negated errno with m set on failure. Also
+ * writes a PNG beside it (bench_svg_to_png) when a converter is installed. */
 int bench_svg_write(const struct bench_svg_plot *p, const char *path, struct err_msg *m);
+
+/* Converts X.svg to X.png with rsvg-convert or ImageMagick's convert,
+ * whichever is on PATH (in that order). Returns true if the PNG was written;
+ * false when no converter is installed or it failed (a warning is logged;
+ * the SVG is still the result). */
+bool bench_svg_to_png(const char *svg_path);
 
 #endif

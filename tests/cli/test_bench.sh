@@ -68,6 +68,11 @@ assert all(r["ok"] and r["output_tokens"] == 9 and r["events"] == 5 and len(r["i
 assert all(r["ideal_cached_tokens"] == r["cached_tokens"] for r in s)' "$dir/r1/records.jsonl"
 if grep -q "<svg" "$dir/r1/cdf.svg" && grep -q "polyline" "$dir/r1/cdf.svg"; then
     ok "latency CDF svg written"; else fail "latency CDF svg"; fi
+# a PNG beside each SVG when rsvg-convert (scripts/setup.sh installs it) is there
+if command -v rsvg-convert >/dev/null; then
+    if [ "$(head -c 8 "$dir/r1/cdf.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]
+    then ok "latency CDF png written"; else fail "latency CDF png"; fi
+fi
 if grep -q "speculative" "$dir/r1.txt" && grep -q "server hit ratio 0.5000" "$dir/r1.txt"; then
     ok "text report"; else fail "text report: $(cat "$dir/r1.txt")"; fi
 
