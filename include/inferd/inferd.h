@@ -175,6 +175,8 @@ struct inferd_event {
     enum inferd_finish finish;           /* NONE while the request goes on */
     int n_prompt;                        /* usage: prompt tokens (on finish) */
     int n_cached;    /* usage: of those, read from the prefix cache (on finish) */
+    double queue_s;  /* seconds from submit to first admission (on finish; 0 if never
+                        admitted) */
     int n_generated; /* usage: generated so far */
     int error;       /* on INFERD_FINISH_ERROR: the code (ERR_INTERNAL if a grammar
                         allows no token of this vocabulary) */

@@ -94,6 +94,8 @@ struct req {
     int max_tokens;           /* generation limit */
     bool ignore_eos;          /* do not stop at end-of-generation tokens */
     bool admitted;            /* was admitted at least once */
+    double t_submit;          /* time_now_s() at submit */
+    double queue_s;           /* submit -> first admission, seconds */
     int n_cached_prompt;      /* usage: prompt tokens attached at first admission */
     struct sampler_params sp; /* sampling parameters (bias array owned) */
     struct kv_seq kv;         /* block table */
@@ -511,6 +513,7 @@ int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id
         goto err;
     }
     q->id = e->next_id++;
+    q->t_submit = time_now_s();
     q->state = REQ_STATE_WAITING;
     q->priority = r->priority;
     q->cap = r->n_prompt + r->max_tokens;
@@ -576,6 +579,7 @@ static void finish(struct inferd_engine *e, struct req *q, enum inferd_finish wh
     ev->finish = why;
     ev->n_prompt = q->n_prompt;
     ev->n_cached = q->n_cached_prompt;
+    ev->queue_s = q->queue_s;
     ev->n_generated = q->n_tokens - q->n_prompt;
     if (q->state == REQ_STATE_RUNNING) e->n_running--;
     q->state = REQ_STATE_FINISHED;
@@ -665,7 +669,10 @@ static void count_admission(struct inferd_engine *e, struct req *q, int hit)
         e->stats.n_prefix_hit_tokens += (uint64_t)hit * bt;
         e->stats.n_cached_tokens += (uint64_t)hit * bt;
     }
-    if (!q->admitted) q->n_cached_prompt = (int)MIN((uint64_t)hit * bt, (uint64_t)q->n_prompt);
+    if (!q->admitted) {
+        q->n_cached_prompt = (int)MIN((uint64_t)hit * bt, (uint64_t)q->n_prompt);
+        q->queue_s = time_now_s() - q->t_submit;
+    }
     q->admitted = true;
 }
 

@@ -64,6 +64,8 @@ void metrics_render(const struct metrics *m, const struct runner_stats *rs, stru
     hist(out, "inferd_time_per_output_token_seconds",
          "Mean time between output tokens of a request, after the first.", &m->tpot);
     hist(out, "inferd_e2e_request_latency_seconds", "Generation request latency.", &m->e2e);
+    hist(out, "inferd_queue_time_seconds",
+         "Time an engine request waited between submit and its first admission.", &m->queue);
     scalar(out, "inferd_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
            m->prompt_tokens);
     scalar(out, "inferd_cached_prompt_tokens_total", "counter",

@@ -38,6 +38,7 @@ struct metrics {
     struct metrics_hist ttft;                      /* time to first token */
     struct metrics_hist tpot;                      /* time per output token after the first */
     struct metrics_hist e2e;                       /* request latency, generation requests */
+    struct metrics_hist queue;                     /* engine queue time: submit -> admission */
     uint64_t prompt_tokens;                        /* prompt tokens of finished requests */
     uint64_t cached_tokens;                        /* of those, served from the prefix cache */
     uint64_t generated_tokens;                     /* tokens generated */

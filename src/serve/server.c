@@ -545,6 +545,7 @@ static void on_message(struct server *s, struct call *c, int i, const struct run
         }
     }
     if (final && g->prompt * c->r.n == i) c->out.n_cached_tokens += ev->n_cached;
+    if (final) metrics_observe(&s->metrics.queue, ev->queue_s);
     if (final && !g->done) {
         struct buf tail = {0};
         tokenizer_stream_flush(s->tok, &g->ts, &tail);

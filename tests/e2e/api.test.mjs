@@ -337,4 +337,8 @@ test('64 concurrent streams all complete', async () => {
     const { text } = await metrics();
     assert.match(text, /inferd_requests_total\{endpoint="\/v1\/chat\/completions",status="200"\} \d+/);
     assert.match(text, /inferd_time_to_first_token_seconds_count \d+/);
+    // every engine request reports its queue time (submit -> first admission)
+    const get = (name) => Number((text.match(new RegExp(`^${name} ([0-9.e+-]+)$`, 'm')) || [])[1]);
+    assert.ok(get('inferd_queue_time_seconds_count') >= 64, 'queue time observed per request');
+    assert.ok(get('inferd_queue_time_seconds_sum') > 0, 'queue time sum');
 });
