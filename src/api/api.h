@@ -71,7 +71,11 @@ struct api_request {
     json_t *input_items;        /* this turn's input as message items (stored) */
     json_t *metadata;           /* client metadata echoed back (Responses, Messages) */
     char *user;                 /* OpenAI user / Anthropic metadata.user_id, or NULL */
-    char bad_param[96];         /* field named by the last decode error */
+    /* structured output: response_format / text.format / grammar / regex */
+    enum inferd_grammar_kind grammar_kind; /* NONE: unconstrained */
+    char *grammar_src;                     /* schema JSON, GBNF or regex text (owned), or NULL */
+    json_t *tools;                         /* OpenAI tool definitions for the template, or NULL */
+    char bad_param[96];                    /* field named by the last decode error */
 };
 
 void api_request_release(struct api_request *r);
@@ -103,6 +107,17 @@ int api_get_string(const json_t *o, const char *key, char **out, struct api_requ
 /* stop: a string or an array of up to max strings. */
 int api_get_stop(const json_t *o, const char *key, int max, struct api_request *r,
                  struct err_msg *msg);
+/* Structured output (api_format.c). OpenAI Chat / Completions: response_format
+ * ({"type": "text" | "json_object" | "json_schema", "json_schema": {"name",
+ * "schema", "strict"}}) and the extension fields "grammar" (GBNF) and "regex";
+ * at most one of them constrains. Responses: text.format ({"type": "text" |
+ * "json_object" | "json_schema", "name", "schema", "strict"}). The grammar is
+ * compiled at submit (an uncompilable one is a 400 there). */
+int api_get_response_format(const json_t *root, struct api_request *r, struct err_msg *msg);
+int api_get_text_format(const json_t *root, struct api_request *r, struct err_msg *msg);
+/* tools / tool_choice (OpenAI Chat): tools go to the chat template; tool_choice
+ * "auto" or "none" only (forced calls need tool-call parsing, not there yet). */
+int api_get_tools(const json_t *root, struct api_request *r, struct err_msg *msg);
 /* ERR_INVALID naming param: message "param: ..." */
 int api_fail(struct api_request *r, struct err_msg *msg, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

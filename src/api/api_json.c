@@ -43,6 +43,8 @@ void api_request_release(struct api_request *r)
     json_decref(r->input_items);
     json_decref(r->metadata);
     free(r->user);
+    free(r->grammar_src);
+    json_decref(r->tools);
     memset(r, 0, sizeof(*r));
 }
 

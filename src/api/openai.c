@@ -104,6 +104,7 @@ static int decode_common(const json_t *root, struct api_request *r, struct err_m
     if ((rc = decode_logit_bias(root, r, msg))) return rc;
     if ((rc = api_get_int(root, "max_tokens", 1, 1 << 24, &r->max_tokens, r, msg))) return rc;
     if ((rc = api_get_int(root, "priority", -1000000, 1000000, &r->priority, r, msg))) return rc;
+    if ((rc = api_get_response_format(root, r, msg))) return rc;
     return 0;
 }
 
@@ -170,6 +171,7 @@ int openai_chat_decode(const char *body, size_t len, struct api_request *r, stru
         rc = api_fail(r, msg, "top_logprobs", "requires logprobs: true");
         goto out;
     }
+    if ((rc = api_get_tools(root, r, msg))) goto out;
     const json_t *msgs = json_object_get(root, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
         rc = api_fail(r, msg, "messages", "expected a non-empty array of messages");

@@ -85,6 +85,7 @@ int responses_decode(const char *body, size_t len, struct api_request *r, struct
         r->sp.seed = (uint64_t)json_integer_value(seed);
         r->has_seed = true;
     }
+    if ((rc = api_get_text_format(root, r, msg))) goto out;
     const json_t *md = json_object_get(root, "metadata");
     if (md && !json_is_null(md)) {
         if (!json_is_object(md)) {

@@ -59,6 +59,7 @@ static void free_cmd(struct runner_cmd *c)
 {
     free((void *)c->req.prompt);
     free((void *)c->req.sampling.logit_bias);
+    free((void *)c->req.grammar.source);
 }
 
 static void apply(struct runner *r, struct thread_state *t, struct runner_cmd *c)
@@ -262,6 +263,12 @@ void runner_submit(struct runner *r, uint64_t tag, const struct inferd_request *
         memcpy(b, req->sampling.logit_bias, sizeof(*b) * (size_t)req->sampling.n_logit_bias);
     }
     c.req.sampling.logit_bias = b;
+    if (req->grammar.source) {
+        char *g = xmalloc(req->grammar.len + 1);
+        memcpy(g, req->grammar.source, req->grammar.len);
+        g[req->grammar.len] = 0;
+        c.req.grammar.source = g;
+    }
     push_cmd(r, &c);
 }
 

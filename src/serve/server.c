@@ -653,7 +653,7 @@ static int tokenize_prompts(struct server *s, struct call *c, struct err_msg *ms
             return err_set(msg, ERR_INVALID,
                            "messages: the model has no chat template; use /v1/completions");
         struct buf text = {0};
-        int rc = chat_template_apply(s->tmpl, r->messages, NULL, true, NULL, &text, msg);
+        int rc = chat_template_apply(s->tmpl, r->messages, r->tools, true, NULL, &text, msg);
         if (rc) {
             buf_release(&text);
             return rc;
@@ -750,6 +750,9 @@ static void start_generation(struct server *s, struct call *c)
         q.sampling.seed = seed + (uint64_t)(i % r->n);
         q.sampling.logprobs = r->logprobs;
         q.sampling.n_logprobs = r->logprobs ? r->top_logprobs : 0;
+        q.grammar.kind = r->grammar_kind;
+        q.grammar.source = r->grammar_src;
+        q.grammar.len = r->grammar_src ? strlen(r->grammar_src) : 0;
         runner_submit(&s->runner, g->tag, &q);
     }
     if (c->r.stream && c->prompt_text) {
@@ -937,7 +940,7 @@ static int handle_tokenize(struct server *s, struct evhttp_request *req, bool co
     if (r->messages) {
         if (!s->tmpl) return err_set(msg, ERR_INVALID, "messages: the model has no chat template");
         struct buf text = {0};
-        rc = chat_template_apply(s->tmpl, r->messages, NULL, true, NULL, &text, msg);
+        rc = chat_template_apply(s->tmpl, r->messages, r->tools, true, NULL, &text, msg);
         if (!rc) tokenizer_encode(s->tok, buf_str(&text), text.len, TOKENIZER_PARSE_SPECIAL, &ids);
         buf_release(&text);
         if (rc) return rc;

@@ -229,6 +229,52 @@ test('usage reports cached prompt tokens on a repeated long prompt', async () =>
     assert.ok(get('inferd_prefix_cache_hit_ratio') > 0);
 });
 
+test('structured output: json_schema, json_object, regex, text.format; errors name the field', async () => {
+    const schema = {
+        type: 'object', additionalProperties: false, required: ['name', 'age', 'tags'],
+        properties: {
+            name: { type: 'string', maxLength: 6 },
+            age: { type: 'integer', minimum: 0, maximum: 120 },
+            tags: { type: 'array', items: { enum: ['a', 'b'] }, maxItems: 3 },
+        },
+    };
+    for (const seed of [1, 2, 3]) {
+        const r = await openai.chat.completions.create({
+            model: MODEL, messages: chatMsgs, max_tokens: 400, seed, temperature: 1,
+            response_format: { type: 'json_schema', json_schema: { name: 'person', schema, strict: true } },
+        });
+        assert.equal(r.choices[0].finish_reason, 'stop');
+        const v = JSON.parse(r.choices[0].message.content);
+        assert.deepEqual(Object.keys(v).sort(), ['age', 'name', 'tags']);
+        assert.ok(typeof v.name === 'string' && [...v.name].length <= 6, JSON.stringify(v.name)); // code points, as JSON Schema counts
+        assert.ok(Number.isInteger(v.age) && v.age >= 0 && v.age <= 120);
+        assert.ok(Array.isArray(v.tags) && v.tags.length <= 3 && v.tags.every((t) => t === 'a' || t === 'b'));
+        // streamed deltas reassemble to the same text
+        const s = await collectChat(await openai.chat.completions.create({
+            model: MODEL, messages: chatMsgs, max_tokens: 400, seed, temperature: 1, stream: true,
+            response_format: { type: 'json_schema', json_schema: { name: 'person', schema } },
+        }));
+        assert.equal(s.text, r.choices[0].message.content);
+    }
+    const c = await openai.completions.create({ model: MODEL, prompt: 'x', max_tokens: 40, seed: 5, regex: '[0-9]{3}-[a-z]{2}' });
+    assert.match(c.choices[0].text, /^[0-9]{3}-[a-z]{2}$/);
+    const small = { type: 'object', required: ['ok'], additionalProperties: false, properties: { ok: { type: 'boolean' } } };
+    const resp = await openai.responses.create({
+        model: MODEL, input: 'answer', max_output_tokens: 200, store: false, temperature: 1,
+        text: { format: { type: 'json_schema', name: 'r', schema: small } },
+    });
+    assert.equal(typeof JSON.parse(resp.output_text).ok, 'boolean');
+    await assert.rejects(openai.chat.completions.create({ model: MODEL, messages: chatMsgs,
+        response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', not: {} } } } }),
+    (e) => e.status === 400 && /not: unsupported keyword/.test(e.message));
+    await assert.rejects(openai.chat.completions.create({ model: MODEL, messages: chatMsgs,
+        response_format: { type: 'xml' } }),
+    (e) => e.status === 400 && e.param === 'response_format.type');
+    await assert.rejects(openai.chat.completions.create({ model: MODEL, messages: chatMsgs, tool_choice: 'required',
+        tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }),
+    (e) => e.status === 400 && e.param === 'tool_choice');
+});
+
 test('errors: each API schema and status', async () => {
     await assert.rejects(openai.chat.completions.create({ model: MODEL, messages: [] }),
         (e) => e.status === 400 && e.param === 'messages' && e.type === 'invalid_request_error');

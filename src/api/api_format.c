@@ -1,0 +1,126 @@
+/*
+ * api_format.c - the structured-output and tool fields of the OpenAI request
+ * bodies, decoded into api_request.grammar_kind / grammar_src / tools.
+ *
+ * The grammar itself is compiled by the engine at submit (src/grammar/, with
+ * a compile cache), so this file only checks shapes and picks the kind; a
+ * schema the compiler cannot handle comes back from submit as a 400 that
+ * names the keyword. Schemas are passed on as compact JSON text.
+ *
+ * Thread: the event-loop thread, like every decoder.
+ */
+#include "api/api.h"
+
+#include "base/check.h"
+
+#include <string.h>
+
+/* Sets the constraint once; a second one is an error naming param. */
+static int set_constraint(struct api_request *r, struct err_msg *msg, const char *param,
+                          enum inferd_grammar_kind kind, char *src)
+{
+    if (r->grammar_kind != INFERD_GRAMMAR_NONE) {
+        free(src);
+        return api_fail(r, msg, param,
+                        "only one of response_format (json), grammar and regex may be given");
+    }
+    r->grammar_kind = kind;
+    r->grammar_src = src;
+    return 0;
+}
+
+/* fmt: {"type": ..., schema at schema_obj["schema"]}; path names fmt. */
+static int decode_format(const json_t *fmt, const json_t *schema_obj, const char *path,
+                         struct api_request *r, struct err_msg *msg)
+{
+    char p[96];
+    if (!json_is_object(fmt)) return api_fail(r, msg, path, "expected an object");
+    const char *type = json_string_value(json_object_get(fmt, "type"));
+    snprintf(p, sizeof(p), "%s.type", path);
+    if (!type) return api_fail(r, msg, p, "expected a string");
+    if (!strcmp(type, "text")) return 0;
+    if (!strcmp(type, "json_object"))
+        return set_constraint(r, msg, path, INFERD_GRAMMAR_JSON_OBJECT, xstrdup(""));
+    if (strcmp(type, "json_schema"))
+        return api_fail(r, msg, p, "'%.40s' is not one of text, json_object, json_schema", type);
+    if (!json_is_object(schema_obj)) {
+        snprintf(p, sizeof(p), "%s.json_schema", path);
+        return api_fail(r, msg, p, "expected an object with a schema");
+    }
+    const json_t *schema = json_object_get(schema_obj, "schema");
+    snprintf(p, sizeof(p), "%s%s.schema", path, schema_obj == fmt ? "" : ".json_schema");
+    if (!json_is_object(schema) && !json_is_boolean(schema))
+        return api_fail(r, msg, p, "expected a JSON Schema object");
+    const json_t *strict = json_object_get(schema_obj, "strict");
+    if (strict && !json_is_boolean(strict) && !json_is_null(strict)) {
+        snprintf(p, sizeof(p), "%s%s.strict", path, schema_obj == fmt ? "" : ".json_schema");
+        return api_fail(r, msg, p, "expected a boolean");
+    }
+    char *text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+    CHECK(text);
+    return set_constraint(r, msg, path, INFERD_GRAMMAR_JSON_SCHEMA, text);
+}
+
+int api_get_response_format(const json_t *root, struct api_request *r, struct err_msg *msg)
+{
+    int rc;
+    const json_t *rf = json_object_get(root, "response_format");
+    if (rf && !json_is_null(rf)) {
+        const json_t *js = json_object_get(rf, "json_schema");
+        if ((rc = decode_format(rf, js, "response_format", r, msg))) return rc;
+    }
+    static const struct {
+        const char *key;
+        enum inferd_grammar_kind kind;
+    } extra[] = {{"grammar", INFERD_GRAMMAR_EBNF}, {"regex", INFERD_GRAMMAR_REGEX}};
+    for (size_t i = 0; i < ARRAY_LEN(extra); i++) {
+        const json_t *v = json_object_get(root, extra[i].key);
+        if (!v || json_is_null(v)) continue;
+        if (!json_is_string(v) || json_string_length(v) == 0)
+            return api_fail(r, msg, extra[i].key, "expected a non-empty string");
+        if ((rc = set_constraint(r, msg, extra[i].key, extra[i].kind,
+                                 xstrdup(json_string_value(v)))))
+            return rc;
+    }
+    return 0;
+}
+
+int api_get_text_format(const json_t *root, struct api_request *r, struct err_msg *msg)
+{
+    const json_t *text = json_object_get(root, "text");
+    if (!text || json_is_null(text)) return 0;
+    if (!json_is_object(text)) return api_fail(r, msg, "text", "expected an object");
+    const json_t *fmt = json_object_get(text, "format");
+    if (!fmt || json_is_null(fmt)) return 0;
+    return decode_format(fmt, fmt, "text.format", r, msg);
+}
+
+int api_get_tools(const json_t *root, struct api_request *r, struct err_msg *msg)
+{
+    const json_t *tools = json_object_get(root, "tools");
+    if (tools && !json_is_null(tools)) {
+        if (!json_is_array(tools)) return api_fail(r, msg, "tools", "expected an array");
+        size_t i;
+        const json_t *t;
+        json_array_foreach(tools, i, t)
+        {
+            char p[64];
+            snprintf(p, sizeof(p), "tools[%zu]", i);
+            const json_t *fn = json_object_get(t, "function");
+            if (!json_is_object(t) || !json_is_object(fn) ||
+                !json_is_string(json_object_get(fn, "name")))
+                return api_fail(r, msg, p,
+                                "expected {\"type\": \"function\", \"function\": {\"name\", ...}}");
+        }
+        if (json_array_size(tools) > 0) r->tools = json_incref((json_t *)tools);
+    }
+    const json_t *choice = json_object_get(root, "tool_choice");
+    if (choice && !json_is_null(choice)) {
+        const char *c = json_string_value(choice);
+        if (!c || (strcmp(c, "auto") && strcmp(c, "none")))
+            return api_fail(r, msg, "tool_choice",
+                            "only \"auto\" and \"none\" are supported (forced tool calls are not "
+                            "implemented yet)");
+    }
+    return 0;
+}
