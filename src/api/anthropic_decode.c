@@ -52,6 +52,7 @@ static int decode(const char *body, size_t len, bool need_max, struct api_reques
     if ((rc = api_get_int(root, "top_k", 0, 1 << 20, &k, r, msg))) goto out;
     r->sp.top_k = k;
     if ((rc = api_get_stop(root, "stop_sequences", API_MAX_STOP, r, msg))) goto out;
+    if ((rc = api_get_anthropic_tools(root, r, msg))) goto out;
     const json_t *md = json_object_get(root, "metadata");
     if (md && !json_is_null(md)) {
         if (!json_is_object(md)) {

@@ -118,6 +118,9 @@ int api_get_text_format(const json_t *root, struct api_request *r, struct err_ms
 /* tools / tool_choice (OpenAI Chat): tools go to the chat template; tool_choice
  * "auto" or "none" only (forced calls need tool-call parsing, not there yet). */
 int api_get_tools(const json_t *root, struct api_request *r, struct err_msg *msg);
+/* Anthropic tools ({name, description, input_schema}) rewritten as OpenAI
+ * tool definitions for the template; tool_choice {"type": "auto" | "none"}. */
+int api_get_anthropic_tools(const json_t *root, struct api_request *r, struct err_msg *msg);
 /* ERR_INVALID naming param: message "param: ..." */
 int api_fail(struct api_request *r, struct err_msg *msg, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -124,3 +124,46 @@ int api_get_tools(const json_t *root, struct api_request *r, struct err_msg *msg
     }
     return 0;
 }
+
+int api_get_anthropic_tools(const json_t *root, struct api_request *r, struct err_msg *msg)
+{
+    const json_t *tools = json_object_get(root, "tools");
+    if (tools && !json_is_null(tools)) {
+        if (!json_is_array(tools)) return api_fail(r, msg, "tools", "expected an array");
+        json_t *out = json_array();
+        size_t i;
+        const json_t *t;
+        json_array_foreach(tools, i, t)
+        {
+            char p[64];
+            snprintf(p, sizeof(p), "tools[%zu]", i);
+            const json_t *name = json_object_get(t, "name");
+            const json_t *desc = json_object_get(t, "description");
+            const json_t *schema = json_object_get(t, "input_schema");
+            if (!json_is_object(t) || !json_is_string(name) || (desc && !json_is_string(desc)) ||
+                (schema && !json_is_object(schema))) {
+                json_decref(out);
+                return api_fail(r, msg, p,
+                                "expected {\"name\": string, \"description\": string, "
+                                "\"input_schema\": object}");
+            }
+            json_t *fn = json_pack("{s:O}", "name", name);
+            if (desc) json_object_set(fn, "description", (json_t *)desc);
+            if (schema) json_object_set(fn, "parameters", (json_t *)schema);
+            json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
+        }
+        if (json_array_size(out) > 0)
+            r->tools = out;
+        else
+            json_decref(out);
+    }
+    const json_t *choice = json_object_get(root, "tool_choice");
+    if (choice && !json_is_null(choice)) {
+        const char *c = json_string_value(json_object_get(choice, "type"));
+        if (!c || (strcmp(c, "auto") && strcmp(c, "none")))
+            return api_fail(r, msg, "tool_choice",
+                            "only {\"type\": \"auto\"} and {\"type\": \"none\"} are supported "
+                            "(forced tool use is not implemented yet)");
+    }
+    return 0;
+}

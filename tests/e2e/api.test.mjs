@@ -273,6 +273,18 @@ test('structured output: json_schema, json_object, regex, text.format; errors na
     await assert.rejects(openai.chat.completions.create({ model: MODEL, messages: chatMsgs, tool_choice: 'required',
         tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }),
     (e) => e.status === 400 && e.param === 'tool_choice');
+    // tools reach the chat template: the prompt grows by the rendered definitions
+    const tool = { name: 'get_weather', description: 'Weather for a city', input_schema: { type: 'object', properties: { city: { type: 'string' } } } };
+    const base = await anthropic.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: 'hi' }] });
+    const withTools = await anthropic.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], tools: [tool] });
+    assert.ok(withTools.input_tokens > base.input_tokens + 10, `${withTools.input_tokens} vs ${base.input_tokens}`);
+    const chatTools = await openai.chat.completions.create({ model: MODEL, messages: chatMsgs, max_tokens: 2,
+        tools: [{ type: 'function', function: { name: tool.name, description: tool.description, parameters: tool.input_schema } }] });
+    const chatPlain = await openai.chat.completions.create({ model: MODEL, messages: chatMsgs, max_tokens: 2 });
+    assert.ok(chatTools.usage.prompt_tokens > chatPlain.usage.prompt_tokens + 10);
+    await assert.rejects(anthropic.messages.create({ model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: 'x' }],
+        tools: [tool], tool_choice: { type: 'any' } }),
+    (e) => e.status === 400 && /tool_choice/.test(e.message));
 });
 
 test('errors: each API schema and status', async () => {
