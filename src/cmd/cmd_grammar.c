@@ -149,34 +149,42 @@ static int check(struct gopts *o)
     return 0;
 }
 
-static struct grammar_vocab *load_vocab(const char *path, inferd_model *model)
+/* Loads the model and its grammar vocabulary (bytes of every token + trie);
+ * *vocab_s = seconds the vocabulary took. Returns 0, or 1 with a message
+ * printed and nothing left open. */
+static int open_model(const char *path, inferd_model **model, struct grammar_vocab **v,
+                      double *vocab_s)
 {
+    char err[512];
+    if (inferd_model_load(path, model, err, sizeof(err))) {
+        fprintf(stderr, "inferd: cannot load model '%s': %s\n", path, err);
+        return 1;
+    }
+    double t0 = time_now_s();
     struct gguf_file *f;
     struct err_msg m = {{0}};
-    if (gguf_open(path, &f, &m)) {
-        fprintf(stderr, "inferd: grammar: %s\n", m.text);
-        return NULL;
+    *v = NULL;
+    if (gguf_open(path, &f, &m) == 0) {
+        int32_t eog[16];
+        int n_eog = inferd_model_eog_tokens(*model, eog, 16);
+        grammar_vocab_from_gguf(f, inferd_model_n_vocab(*model), eog, n_eog, v, &m);
+        gguf_close(f);
     }
-    int32_t eog[16];
-    int n_eog = inferd_model_eog_tokens(model, eog, 16);
-    struct grammar_vocab *v = NULL;
-    if (grammar_vocab_from_gguf(f, inferd_model_n_vocab(model), eog, n_eog, &v, &m))
-        fprintf(stderr, "inferd: grammar: %s\n", m.text);
-    gguf_close(f);
-    return v;
+    *vocab_s = time_now_s() - t0;
+    if (*v) return 0;
+    fprintf(stderr, "inferd: grammar: %s\n", m.text);
+    inferd_model_free(*model);
+    return 1;
 }
 
 static int gen(struct gopts *o)
 {
-    char err[512];
     inferd_model *model;
-    if (inferd_model_load(o->model, &model, err, sizeof(err))) {
-        fprintf(stderr, "inferd: cannot load model '%s': %s\n", o->model, err);
-        return 1;
-    }
+    struct grammar_vocab *v;
+    double vocab_s;
+    if (open_model(o->model, &model, &v, &vocab_s)) return 1;
     int rc = 1;
-    struct grammar_vocab *v = load_vocab(o->model, model);
-    if (!v) goto out_model;
+    char err[512];
     long count = o->count ? o->count : 1, max_tokens = o->max_tokens ? o->max_tokens : 256;
     struct inferd_engine_config cfg;
     inferd_engine_config_default(&cfg);
@@ -256,7 +264,6 @@ out_engine:
     inferd_engine_free(e);
 out_vocab:
     grammar_vocab_free(v);
-out_model:
     inferd_model_free(model);
     return rc;
 }
@@ -344,17 +351,11 @@ static long walks(struct grammar *g, struct grammar_vocab *v, long n_walks, long
 
 static int bench(struct gopts *o)
 {
-    char err[512];
     inferd_model *model;
-    if (inferd_model_load(o->model, &model, err, sizeof(err))) {
-        fprintf(stderr, "inferd: cannot load model '%s': %s\n", o->model, err);
-        return 1;
-    }
+    struct grammar_vocab *v;
+    double vocab_s;
+    if (open_model(o->model, &model, &v, &vocab_s)) return 1;
     int rc = 1;
-    double tv0 = time_now_s();
-    struct grammar_vocab *v = load_vocab(o->model, model);
-    double tv1 = time_now_s();
-    if (!v) goto out_model;
     struct err_msg m = {{0}};
     struct grammar *g = NULL;
     /* compile: best of 5 fresh compiles (parse + lower, no mask tables) */
@@ -392,12 +393,12 @@ static int bench(struct gopts *o)
                "\"p99_us\":%.2f,\"max_us\":%.2f,\"walks_completed\":%ld},"
                "\"warm\":{\"masks\":%ld,\"mean_us\":%.2f,\"p50_us\":%.2f,\"p99_us\":%.2f,"
                "\"max_us\":%.2f,\"walks_completed\":%ld}}\n",
-               grammar_vocab_n(v), (tv1 - tv0) * 1e3, compile_s * 1e3, n_tabs, sc.n,
-               (c1 - c0) * 1e3, sc.mean_us, sc.p50_us, sc.p99_us, sc.max_us, done_c, sw.n,
-               sw.mean_us, sw.p50_us, sw.p99_us, sw.max_us, done_w);
+               grammar_vocab_n(v), vocab_s * 1e3, compile_s * 1e3, n_tabs, sc.n, (c1 - c0) * 1e3,
+               sc.mean_us, sc.p50_us, sc.p99_us, sc.max_us, done_c, sw.n, sw.mean_us, sw.p50_us,
+               sw.p99_us, sw.max_us, done_w);
     } else {
         printf("vocabulary: %d tokens, bytes + trie built in %.1f ms\n", grammar_vocab_n(v),
-               (tv1 - tv0) * 1e3);
+               vocab_s * 1e3);
         printf("compile (parse + lower): %.3f ms\n", compile_s * 1e3);
         printf("times are thread CPU time\n");
         printf("cold masks (%d context tables computed on first use, %.1f ms CPU, %.1f ms wall): "
@@ -415,7 +416,6 @@ static int bench(struct gopts *o)
     rc = 0;
 out_vocab:
     grammar_vocab_free(v);
-out_model:
     inferd_model_free(model);
     return rc;
 }

@@ -112,6 +112,10 @@ int grammar__repeat(struct grammar_builder *b, const char *name, int item, int m
 int grammar__ranges_normalize(struct grammar_cprange *r, int n);
 /* Complement within [0, 0x10FFFF]; writes up to n+1 ranges to out. */
 int grammar__ranges_negate(const struct grammar_cprange *r, int n, struct grammar_cprange *out);
+/* Decodes one UTF-8 character from s[0..n), n >= 1: its length (1..4), or 0
+ * when s does not start with a whole, well-formed character (bad lead byte,
+ * bad continuation byte, or cut short). Callers choose what 0 means. */
+size_t grammar__utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
 /* Lowers the builder (start rule `root`) into a grammar. */
 int grammar__lower(struct grammar_builder *b, int root, struct grammar **out, struct err_msg *msg);
 

@@ -168,27 +168,29 @@ void grammar__chars(struct grammar_builder *b, int r, const struct grammar_cpran
     push(b, r, GRAMMAR_B_CHARS, b->n_sets++);
 }
 
-/* Decodes one UTF-8 character; invalid bytes decode as themselves (U+0080..
- * U+00FF would misrepresent them, but literals come from UTF-8 text that the
- * front ends accept; anything else still gets a deterministic reading). */
-static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
+size_t grammar__utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
 {
     unsigned c = s[0];
     int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || (size_t)len > n) {
-        *cp = c;
-        return 1;
-    }
+    if (len == 0 || (size_t)len > n) return 0;
     uint32_t v = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
     for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) {
-            *cp = c;
-            return 1;
-        }
+        if ((s[i] & 0xC0) != 0x80) return 0;
         v = (v << 6) | (s[i] & 0x3F);
     }
     *cp = v;
     return (size_t)len;
+}
+
+/* Literal text: an invalid byte decodes as itself (U+0080..U+00FF would
+ * misrepresent it, but literals come from UTF-8 text the front ends accept;
+ * anything else still gets a deterministic reading). */
+static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
+{
+    size_t len = grammar__utf8_decode(s, n, cp);
+    if (len) return len;
+    *cp = s[0];
+    return 1;
 }
 
 void grammar__lit(struct grammar_builder *b, int r, const char *s, size_t n)

@@ -114,17 +114,9 @@ static bool read_hex(struct rx *p, int digits, uint32_t *out)
 /* A UTF-8 character of the pattern itself. */
 static bool read_utf8(struct rx *p, uint32_t *cp)
 {
-    unsigned char c = (unsigned char)p->s[p->i];
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || p->i + (size_t)len > p->n) return fail(p, "invalid UTF-8"), false;
-    uint32_t v = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int k = 1; k < len; k++) {
-        unsigned char d = (unsigned char)p->s[p->i + (size_t)k];
-        if ((d & 0xC0) != 0x80) return fail(p, "invalid UTF-8"), false;
-        v = (v << 6) | (d & 0x3F);
-    }
-    p->i += (size_t)len;
-    *cp = v;
+    size_t len = grammar__utf8_decode((const unsigned char *)p->s + p->i, p->n - p->i, cp);
+    if (!len) return fail(p, "invalid UTF-8"), false;
+    p->i += len;
     return true;
 }
 

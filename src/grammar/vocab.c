@@ -201,19 +201,14 @@ static int gpt2_byte(uint32_t cp)
     return -1;
 }
 
+/* One character of a vocabulary piece; 0xFFFFFFFF (never a GPT-2 alphabet
+ * character) for a malformed one, which then marks the piece as text. */
 static size_t utf8_next(const unsigned char *s, size_t n, uint32_t *cp)
 {
-    unsigned c = s[0];
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || (size_t)len > n) {
-        *cp = 0xFFFFFFFFu;
-        return 1;
-    }
-    uint32_t v = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int i = 1; i < len; i++)
-        v = (v << 6) | (s[i] & 0x3F);
-    *cp = v;
-    return (size_t)len;
+    size_t len = grammar__utf8_decode(s, n, cp);
+    if (len) return len;
+    *cp = 0xFFFFFFFFu;
+    return 1;
 }
 
 int grammar_vocab_from_gguf(const struct gguf_file *f, int n_vocab, const int32_t *eog, int n_eog,

@@ -1195,6 +1195,26 @@ void kern__act_side_q8_0_avx512(const void *xq, int k, void *side)
     prep_q8_0(xq, 0, 1, k / QK8_0, 128, side);
 }
 
+/* Writes a tile loop's accumulators - acc (nt, np * PANEL) - to the output
+ * rows: nr_left = rows still to write from this panel pair on (only the
+ * first np * PANEL count), y points at (token 0, row r). Vector stores, not
+ * memcpy: a 64/128-byte memcpy per token went through rep movs, whose
+ * start-up cost dominated. */
+static void store_acc(const float *acc, int np, int nt, int nr_left, float *y, int ldy)
+{
+    const int nr = nr_left < np * PANEL ? nr_left : np * PANEL;
+    const __mmask16 m0 = nr >= PANEL ? 0xffff : (__mmask16)((1u << nr) - 1);
+    const __mmask16 m1 = nr >= 2 * PANEL ? 0xffff
+                         : nr > PANEL    ? (__mmask16)((1u << (nr - PANEL)) - 1)
+                                         : 0;
+    for (int t = 0; t < nt; t++) {
+        float *dst = y + (size_t)t * ldy;
+        const float *src = acc + (size_t)t * np * PANEL;
+        _mm512_mask_storeu_ps(dst, m0, _mm512_loadu_ps(src));
+        if (m1) _mm512_mask_storeu_ps(dst + PANEL, m1, _mm512_loadu_ps(src + PANEL));
+    }
+}
+
 static void matmul_quant(const struct qtype *qt, const void *W, size_t wrb, int k, int r0, int r1,
                          const void *xq, size_t xrb, int n_tok, float *y, int ldy)
 {
@@ -1269,19 +1289,7 @@ static void matmul_quant(const struct qtype *qt, const void *W, size_t wrb, int 
                     qt->tiles[np][T](pp, nbc, &q);
                 }
             }
-            const int nr = r1 - r < np * PANEL ? r1 - r : np * PANEL;
-            /* Vector stores, not memcpy: a 64/128-byte memcpy per token
-             * went through rep movs, whose start-up cost dominated. */
-            const __mmask16 m0 = nr >= PANEL ? 0xffff : (__mmask16)((1u << nr) - 1);
-            const __mmask16 m1 = nr >= 2 * PANEL ? 0xffff
-                                 : nr > PANEL    ? (__mmask16)((1u << (nr - PANEL)) - 1)
-                                                 : 0;
-            for (int t = 0; t < nt; t++) {
-                float *dst = y + (size_t)(tb0 + t) * ldy + r;
-                const float *src = acc + (size_t)t * np * PANEL;
-                _mm512_mask_storeu_ps(dst, m0, _mm512_loadu_ps(src));
-                if (m1) _mm512_mask_storeu_ps(dst + PANEL, m1, _mm512_loadu_ps(src + PANEL));
-            }
+            store_acc(acc, np, nt, r1 - r, y + (size_t)tb0 * ldy + r, ldy);
             r += np * PANEL;
         }
     }
@@ -1425,17 +1433,7 @@ static void matmul_packed_avx512(enum dtype wt, const void *P, int rows, int k, 
                     tile_p32_fns[np][T](pp, nbc, &q);
                 }
             }
-            const int nr = r1 - r < np * PANEL ? r1 - r : np * PANEL;
-            const __mmask16 m0 = nr >= PANEL ? 0xffff : (__mmask16)((1u << nr) - 1);
-            const __mmask16 m1 = nr >= 2 * PANEL ? 0xffff
-                                 : nr > PANEL    ? (__mmask16)((1u << (nr - PANEL)) - 1)
-                                                 : 0;
-            for (int t = 0; t < nt; t++) {
-                float *dst = y + (size_t)(tb0 + t) * ldy + r;
-                const float *src = acc + (size_t)t * np * PANEL;
-                _mm512_mask_storeu_ps(dst, m0, _mm512_loadu_ps(src));
-                if (m1) _mm512_mask_storeu_ps(dst + PANEL, m1, _mm512_loadu_ps(src + PANEL));
-            }
+            store_acc(acc, np, nt, r1 - r, y + (size_t)tb0 * ldy + r, ldy);
             r += np * PANEL;
         }
     }

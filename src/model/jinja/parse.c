@@ -548,80 +548,70 @@ static struct node *parse_pow(struct parser *p)
     return n;
 }
 
+/* One precedence level of left-associative operators: a table of the
+ * level's operator tokens (ending with NULL text). */
+struct binop_tok {
+    const char *text; /* operator token, NULL ends the table */
+    enum binop op;    /* what it builds */
+};
+
+/* The op of t in table, or -1. */
+static int binop_of(const struct tok *t, const struct binop_tok *table)
+{
+    for (; table->text; table++)
+        if (tok_is_op(t, table->text)) return (int)table->op;
+    return -1;
+}
+
+/* operand (op operand)* for the operators of one level, left to right. */
+static struct node *parse_level(struct parser *p, const struct binop_tok *table,
+                                struct node *(*operand)(struct parser *))
+{
+    struct node *n = operand(p);
+    int op;
+    while ((op = binop_of(peek(p), table)) >= 0) {
+        uint32_t line = next(p)->line;
+        n = binary(p, (enum binop)op, line, n, operand(p));
+    }
+    return n;
+}
+
 static struct node *parse_product(struct parser *p)
 {
-    struct node *n = parse_pow(p);
-    while (1) {
-        struct tok *t = peek(p);
-        enum binop op;
-        if (tok_is_op(t, "*"))
-            op = OP_MUL;
-        else if (tok_is_op(t, "/"))
-            op = OP_DIV;
-        else if (tok_is_op(t, "//"))
-            op = OP_FLOORDIV;
-        else if (tok_is_op(t, "%"))
-            op = OP_MOD;
-        else
-            return n;
-        p->pos++;
-        n = binary(p, op, t->line, n, parse_pow(p));
-    }
+    static const struct binop_tok ops[] = {
+        {"*", OP_MUL}, {"/", OP_DIV}, {"//", OP_FLOORDIV}, {"%", OP_MOD}, {NULL, 0}};
+    return parse_level(p, ops, parse_pow);
 }
 
 static struct node *parse_sum(struct parser *p)
 {
-    struct node *n = parse_product(p);
-    while (1) {
-        struct tok *t = peek(p);
-        enum binop op;
-        if (tok_is_op(t, "+"))
-            op = OP_ADD;
-        else if (tok_is_op(t, "-"))
-            op = OP_SUB;
-        else
-            return n;
-        p->pos++;
-        n = binary(p, op, t->line, n, parse_product(p));
-    }
+    static const struct binop_tok ops[] = {{"+", OP_ADD}, {"-", OP_SUB}, {NULL, 0}};
+    return parse_level(p, ops, parse_product);
 }
 
 static struct node *parse_concat(struct parser *p)
 {
-    struct node *n = parse_sum(p);
-    while (tok_is_op(peek(p), "~")) {
-        uint32_t line = next(p)->line;
-        n = binary(p, OP_CONCAT, line, n, parse_sum(p));
-    }
-    return n;
+    static const struct binop_tok ops[] = {{"~", OP_CONCAT}, {NULL, 0}};
+    return parse_level(p, ops, parse_sum);
 }
 
 static struct node *parse_compare(struct parser *p)
 {
     struct node *n = parse_concat(p);
     while (1) {
+        static const struct binop_tok ops[] = {{"==", OP_EQ}, {"!=", OP_NE}, {"<", OP_LT},
+                                               {"<=", OP_LE}, {">", OP_GT},  {">=", OP_GE},
+                                               {NULL, 0}};
         struct tok *t = peek(p);
-        enum binop op;
-        if (tok_is_op(t, "=="))
-            op = OP_EQ;
-        else if (tok_is_op(t, "!="))
-            op = OP_NE;
-        else if (tok_is_op(t, "<"))
-            op = OP_LT;
-        else if (tok_is_op(t, "<="))
-            op = OP_LE;
-        else if (tok_is_op(t, ">"))
-            op = OP_GT;
-        else if (tok_is_op(t, ">="))
-            op = OP_GE;
-        else if (tok_is_name(t, "in"))
-            op = OP_IN;
-        else if (tok_is_name(t, "not") && tok_is_name(peek_at(p, 1), "in"))
-            op = OP_NOT_IN, p->pos++;
-        else
-            return n;
+        int op = binop_of(t, ops);
+        if (op < 0 && tok_is_name(t, "in")) op = OP_IN;
+        if (op < 0 && tok_is_name(t, "not") && tok_is_name(peek_at(p, 1), "in")) {
+            op = OP_NOT_IN;
+            p->pos++;
+        }
+        if (op < 0) return n;
         p->pos++;
-        n = binary(p, op, t->line, n, parse_concat(p));
+        n = binary(p, (enum binop)op, t->line, n, parse_concat(p));
     }
 }
 
