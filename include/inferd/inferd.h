@@ -128,6 +128,8 @@ enum inferd_grammar_kind {
     INFERD_GRAMMAR_REGEX = 2,       /* regex matching the whole output */
     INFERD_GRAMMAR_JSON_SCHEMA = 3, /* JSON Schema document: output is JSON it accepts */
     INFERD_GRAMMAR_JSON_OBJECT = 4, /* any JSON object (source unused) */
+    INFERD_GRAMMAR_SEQUENCE = 5,    /* JSON array of alternatives, each an array of literal
+                                       strings and {"schema": ..., "label": ...} pieces */
 };
 
 struct inferd_grammar {

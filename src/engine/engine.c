@@ -428,7 +428,7 @@ static int grammar_hook_submit(struct inferd_engine *e, const struct inferd_requ
 {
     const struct inferd_grammar *g = &r->grammar;
     if (g->kind == INFERD_GRAMMAR_NONE) return 0;
-    if (g->kind < INFERD_GRAMMAR_EBNF || g->kind > INFERD_GRAMMAR_JSON_OBJECT)
+    if (g->kind < INFERD_GRAMMAR_EBNF || g->kind > INFERD_GRAMMAR_SEQUENCE)
         return err_set(msg, ERR_INVALID, "grammar.kind: unknown kind %d", (int)g->kind);
     if (!g->source && g->len > 0) return err_set(msg, ERR_INVALID, "grammar.source: missing");
     int rc = constrain_attach(&e->constrain, (enum grammar_kind)g->kind, g->source ? g->source : "",

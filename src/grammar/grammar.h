@@ -49,9 +49,11 @@ enum grammar_kind {
     GRAMMAR_REGEX = 2,       /* a JSON-Schema-dialect regex matching the whole output */
     GRAMMAR_JSON_SCHEMA = 3, /* a JSON Schema document; output is JSON text */
     GRAMMAR_JSON_OBJECT = 4, /* any JSON object; source ignored (may be empty) */
+    GRAMMAR_SEQUENCE = 5,    /* JSON: alternatives of literal text and JSON Schema pieces
+                                (seq.c); forced tool calls inside a family's wrapper */
 };
 
-/* Name of a kind ("ebnf", "regex", "json_schema", "json_object"). */
+/* Name of a kind ("ebnf", "regex", "json_schema", "json_object", "sequence"). */
 const char *grammar_kind_name(enum grammar_kind kind);
 
 /* Compiles src (len bytes, need not be NUL-terminated) into a grammar with one

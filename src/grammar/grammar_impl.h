@@ -129,6 +129,8 @@ int grammar__regex_build(struct grammar_builder *b, const char *src, size_t len,
                          bool search, struct err_msg *msg);
 int grammar__schema_build(struct grammar_builder *b, const char *src, size_t len, bool any_object,
                           struct err_msg *msg);
+/* GRAMMAR_SEQUENCE: alternatives of literal text and JSON Schema pieces (seq.c). */
+int grammar__seq_build(struct grammar_builder *b, const char *src, size_t len, struct err_msg *msg);
 
 /* ---- lowered program ---- */
 

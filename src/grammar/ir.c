@@ -705,6 +705,8 @@ const char *grammar_kind_name(enum grammar_kind kind)
         return "json_schema";
     case GRAMMAR_JSON_OBJECT:
         return "json_object";
+    case GRAMMAR_SEQUENCE:
+        return "sequence";
     }
     return "?";
 }
@@ -727,6 +729,9 @@ int grammar_compile(enum grammar_kind kind, const char *src, size_t len, struct 
         break;
     case GRAMMAR_JSON_OBJECT:
         root = grammar__schema_build(&b, "{}", 2, true, msg);
+        break;
+    case GRAMMAR_SEQUENCE:
+        root = grammar__seq_build(&b, src, len, msg);
         break;
     default:
         root = err_set(msg, ERR_INVALID, "unknown grammar kind %d", (int)kind);
