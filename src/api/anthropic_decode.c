@@ -4,8 +4,9 @@
  *
  * system: a string or an array of text blocks, becomes the first message
  * (role "system") for the chat template. messages: user / assistant turns
- * whose content is a string or text blocks (image, tool_use, tool_result
- * blocks are refused by name). max_tokens is required for /v1/messages, as
+ * whose content is a string or blocks: text, tool_use (assistant: its
+ * tool_calls), tool_result (user: "tool" messages); others (image, document)
+ * are refused by name. max_tokens is required for /v1/messages, as
  * Anthropic requires it; stop_sequences has no documented cap, ours is
  * API_MAX_STOP. temperature is 0..1 in this API.
  */
@@ -16,6 +17,83 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* One turn's content: a string, or blocks. Text blocks are joined; an
+ * assistant's tool_use blocks become its tool_calls (arguments as JSON text,
+ * the OpenAI shape the template layer expects); a user's tool_result blocks
+ * become "tool" messages before the user's own text (if any). */
+static int decode_turn(const char *role, const json_t *content, const char *path, json_t *out,
+                       struct api_request *r, struct err_msg *msg)
+{
+    char p[128];
+    bool assistant = !strcmp(role, "assistant");
+    json_t *text_parts = json_array(), *calls = json_array();
+    size_t n_results = 0;
+    int rc = 0;
+    if (json_is_array(content)) {
+        size_t i;
+        const json_t *b;
+        json_array_foreach(content, i, b)
+        {
+            snprintf(p, sizeof(p), "%s[%zu]", path, i);
+            const char *type = json_string_value(json_object_get(b, "type"));
+            if (type && !strcmp(type, "tool_use") && assistant) {
+                const json_t *id = json_object_get(b, "id"), *name = json_object_get(b, "name");
+                const json_t *input = json_object_get(b, "input");
+                if (!json_is_string(id) || !json_is_string(name) || !json_is_object(input)) {
+                    rc = api_fail(r, msg, p,
+                                  "tool_use: expected {\"id\": string, \"name\": string, "
+                                  "\"input\": object}");
+                    goto out;
+                }
+                char *args = json_dumps(input, JSON_COMPACT);
+                json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:s}}", "id", id, "type",
+                                                       "function", "function", "name", name,
+                                                       "arguments", args));
+                free(args);
+            } else if (type && !strcmp(type, "tool_result") && !assistant) {
+                const json_t *id = json_object_get(b, "tool_use_id");
+                const json_t *rc_content = json_object_get(b, "content");
+                char *text = NULL;
+                if (!json_is_string(id)) {
+                    rc = api_fail(r, msg, p, "tool_result: expected a string tool_use_id");
+                    goto out;
+                }
+                if (rc_content && !json_is_null(rc_content)) {
+                    char cp[160];
+                    snprintf(cp, sizeof(cp), "%s.content", p);
+                    if ((rc = api_content_text(rc_content, cp, &text, r, msg))) goto out;
+                }
+                json_array_append_new(out, json_pack("{s:s,s:s,s:O}", "role", "tool", "content",
+                                                     text ? text : "", "tool_call_id", id));
+                free(text);
+                n_results++;
+            } else {
+                json_array_append(text_parts, (json_t *)b);
+            }
+        }
+    } else {
+        json_array_append(text_parts, (json_t *)content);
+    }
+    char *text = NULL;
+    const json_t *tc = json_is_array(content) ? text_parts : json_array_get(text_parts, 0);
+    if ((rc = api_content_text(tc, path, &text, r, msg))) goto out;
+    if (n_results && !*text && !json_array_size(calls)) {
+        free(text);
+        goto out; /* only tool results: no empty user turn after them */
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "role", json_string(role));
+    json_object_set_new(o, "content",
+                        json_array_size(calls) && !*text ? json_null() : json_string(text));
+    free(text);
+    if (json_array_size(calls)) json_object_set(o, "tool_calls", calls);
+    json_array_append_new(out, o);
+out:
+    json_decref(text_parts);
+    json_decref(calls);
+    return rc;
+}
 
 static int decode(const char *body, size_t len, bool need_max, struct api_request *r,
                   struct err_msg *msg)
@@ -102,13 +180,7 @@ static int decode(const char *body, size_t len, bool need_max, struct api_reques
             rc = api_fail(r, msg, p, "required");
             goto out;
         }
-        char *text = NULL;
-        if ((rc = api_content_text(content, p, &text, r, msg))) goto out;
-        json_t *o = json_object();
-        json_object_set_new(o, "role", json_string(role));
-        json_object_set_new(o, "content", json_string(text));
-        free(text);
-        json_array_append_new(r->messages, o);
+        if ((rc = decode_turn(role, content, p, r->messages, r, msg))) goto out;
     }
 out:
     json_decref(root);

@@ -37,6 +37,14 @@ enum api_kind {
     API_MESSAGES,   /* POST /v1/messages */
 };
 
+/* What the client allows or demands of tool calls (tool_choice). */
+enum api_tool_choice {
+    API_TOOL_CHOICE_AUTO = 0, /* the model may call tools: output is parsed for calls */
+    API_TOOL_CHOICE_NONE,     /* tools are shown to the template, output is never parsed */
+    API_TOOL_CHOICE_REQUIRED, /* a call to one of the tools, forced by a grammar */
+    API_TOOL_CHOICE_NAMED,    /* a call to tool_name, forced by a grammar */
+};
+
 enum { API_MAX_STOP = 16, API_MAX_N = 16, API_MAX_PROMPTS = 64, API_MAX_BIAS = 1024 };
 
 struct api_prompt {
@@ -74,8 +82,10 @@ struct api_request {
     /* structured output: response_format / text.format / grammar / regex */
     enum inferd_grammar_kind grammar_kind; /* NONE: unconstrained */
     char *grammar_src;                     /* schema JSON, GBNF or regex text (owned), or NULL */
-    json_t *tools;                         /* OpenAI tool definitions for the template, or NULL */
-    char bad_param[96];                    /* field named by the last decode error */
+    json_t *tools; /* OpenAI Chat tool definitions (every API's, rewritten), or NULL */
+    enum api_tool_choice tool_choice; /* tool_choice, decoded */
+    char *tool_name;                  /* API_TOOL_CHOICE_NAMED: the function (owned) */
+    char bad_param[96];               /* field named by the last decode error */
 };
 
 void api_request_release(struct api_request *r);
@@ -115,11 +125,19 @@ int api_get_stop(const json_t *o, const char *key, int max, struct api_request *
  * compiled at submit (an uncompilable one is a 400 there). */
 int api_get_response_format(const json_t *root, struct api_request *r, struct err_msg *msg);
 int api_get_text_format(const json_t *root, struct api_request *r, struct err_msg *msg);
-/* tools / tool_choice (OpenAI Chat): tools go to the chat template; tool_choice
- * "auto" or "none" only (forced calls need tool-call parsing, not there yet). */
+/* tools / tool_choice (OpenAI Chat): tools [{type: "function", function: {name,
+ * description, parameters}}]; tool_choice "auto" | "none" | "required" |
+ * {"type": "function", "function": {"name"}}. A forced choice (required, a
+ * name) with response_format / grammar / regex is an error: both would
+ * constrain the same output. */
 int api_get_tools(const json_t *root, struct api_request *r, struct err_msg *msg);
+/* Responses tools ([{type: "function", name, description, parameters}]) and
+ * tool_choice ("auto" | "none" | "required" | {"type": "function", "name"}),
+ * rewritten as OpenAI Chat tool definitions. */
+int api_get_responses_tools(const json_t *root, struct api_request *r, struct err_msg *msg);
 /* Anthropic tools ({name, description, input_schema}) rewritten as OpenAI
- * tool definitions for the template; tool_choice {"type": "auto" | "none"}. */
+ * tool definitions for the template; tool_choice {"type": "auto" | "none" |
+ * "any" | "tool", "name"}. */
 int api_get_anthropic_tools(const json_t *root, struct api_request *r, struct err_msg *msg);
 /* ERR_INVALID naming param: message "param: ..." */
 int api_fail(struct api_request *r, struct err_msg *msg, const char *param, const char *fmt, ...)

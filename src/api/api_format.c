@@ -95,6 +95,54 @@ int api_get_text_format(const json_t *root, struct api_request *r, struct err_ms
     return decode_format(fmt, fmt, "text.format", r, msg);
 }
 
+/* A forced choice must name a tool the request defines, and leaves no room
+ * for another constraint on the same output. */
+static int check_choice(struct api_request *r, struct err_msg *msg)
+{
+    if (r->tool_choice != API_TOOL_CHOICE_REQUIRED && r->tool_choice != API_TOOL_CHOICE_NAMED)
+        return 0;
+    if (!r->tools)
+        return api_fail(r, msg, "tool_choice", "forces a tool call but no tools are given");
+    if (r->grammar_kind != INFERD_GRAMMAR_NONE)
+        return api_fail(r, msg, "tool_choice",
+                        "a forced tool call cannot be combined with response_format, text.format, "
+                        "grammar or regex (both would constrain the same output)");
+    if (r->tool_choice == API_TOOL_CHOICE_NAMED) {
+        size_t i;
+        const json_t *t;
+        json_array_foreach(r->tools, i, t)
+        {
+            const char *name =
+                json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+            if (name && !strcmp(name, r->tool_name)) return 0;
+        }
+        return api_fail(r, msg, "tool_choice", "names '%.64s', which is not one of the tools",
+                        r->tool_name);
+    }
+    return 0;
+}
+
+/* "auto" | "none" | "required" (any = the Anthropic spelling of required). */
+static int choice_word(const char *c, const char *required, struct api_request *r)
+{
+    if (!strcmp(c, "auto"))
+        r->tool_choice = API_TOOL_CHOICE_AUTO;
+    else if (!strcmp(c, "none"))
+        r->tool_choice = API_TOOL_CHOICE_NONE;
+    else if (!strcmp(c, required))
+        r->tool_choice = API_TOOL_CHOICE_REQUIRED;
+    else
+        return -1;
+    return 0;
+}
+
+static void set_named(struct api_request *r, const char *name)
+{
+    r->tool_choice = API_TOOL_CHOICE_NAMED;
+    free(r->tool_name);
+    r->tool_name = xstrdup(name);
+}
+
 int api_get_tools(const json_t *root, struct api_request *r, struct err_msg *msg)
 {
     const json_t *tools = json_object_get(root, "tools");
@@ -107,22 +155,94 @@ int api_get_tools(const json_t *root, struct api_request *r, struct err_msg *msg
             char p[64];
             snprintf(p, sizeof(p), "tools[%zu]", i);
             const json_t *fn = json_object_get(t, "function");
+            const json_t *params = json_object_get(fn, "parameters");
             if (!json_is_object(t) || !json_is_object(fn) ||
-                !json_is_string(json_object_get(fn, "name")))
+                !json_is_string(json_object_get(fn, "name")) ||
+                (params && !json_is_object(params) && !json_is_null(params)))
                 return api_fail(r, msg, p,
-                                "expected {\"type\": \"function\", \"function\": {\"name\", ...}}");
+                                "expected {\"type\": \"function\", \"function\": {\"name\", "
+                                "\"parameters\": object, ...}}");
         }
         if (json_array_size(tools) > 0) r->tools = json_incref((json_t *)tools);
     }
     const json_t *choice = json_object_get(root, "tool_choice");
     if (choice && !json_is_null(choice)) {
         const char *c = json_string_value(choice);
-        if (!c || (strcmp(c, "auto") && strcmp(c, "none")))
+        const json_t *fn = json_object_get(choice, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        const char *type = json_string_value(json_object_get(choice, "type"));
+        if (c) {
+            if (choice_word(c, "required", r))
+                return api_fail(r, msg, "tool_choice", "'%.40s' is not one of auto, none, required",
+                                c);
+        } else if (type && !strcmp(type, "function") && name) {
+            set_named(r, name);
+        } else {
             return api_fail(r, msg, "tool_choice",
-                            "only \"auto\" and \"none\" are supported (forced tool calls are not "
-                            "implemented yet)");
+                            "expected \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                            "\"function\": {\"name\": string}}");
+        }
     }
-    return 0;
+    return check_choice(r, msg);
+}
+
+int api_get_responses_tools(const json_t *root, struct api_request *r, struct err_msg *msg)
+{
+    const json_t *tools = json_object_get(root, "tools");
+    if (tools && !json_is_null(tools)) {
+        if (!json_is_array(tools)) return api_fail(r, msg, "tools", "expected an array");
+        json_t *out = json_array();
+        size_t i;
+        const json_t *t;
+        json_array_foreach(tools, i, t)
+        {
+            char p[64];
+            snprintf(p, sizeof(p), "tools[%zu]", i);
+            const char *type = json_string_value(json_object_get(t, "type"));
+            const json_t *name = json_object_get(t, "name");
+            const json_t *desc = json_object_get(t, "description");
+            const json_t *params = json_object_get(t, "parameters");
+            if (type && strcmp(type, "function")) {
+                json_decref(out);
+                return api_fail(r, msg, p, "tool type '%.40s' is not supported (function only)",
+                                type);
+            }
+            if (!json_is_object(t) || !json_is_string(name) ||
+                (desc && !json_is_string(desc) && !json_is_null(desc)) ||
+                (params && !json_is_object(params) && !json_is_null(params))) {
+                json_decref(out);
+                return api_fail(r, msg, p,
+                                "expected {\"type\": \"function\", \"name\": string, "
+                                "\"description\": string, \"parameters\": object}");
+            }
+            json_t *fn = json_pack("{s:O}", "name", name);
+            if (json_is_string(desc)) json_object_set(fn, "description", (json_t *)desc);
+            if (json_is_object(params)) json_object_set(fn, "parameters", (json_t *)params);
+            json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
+        }
+        if (json_array_size(out) > 0)
+            r->tools = out;
+        else
+            json_decref(out);
+    }
+    const json_t *choice = json_object_get(root, "tool_choice");
+    if (choice && !json_is_null(choice)) {
+        const char *c = json_string_value(choice);
+        const char *type = json_string_value(json_object_get(choice, "type"));
+        const char *name = json_string_value(json_object_get(choice, "name"));
+        if (c) {
+            if (choice_word(c, "required", r))
+                return api_fail(r, msg, "tool_choice", "'%.40s' is not one of auto, none, required",
+                                c);
+        } else if (type && !strcmp(type, "function") && name) {
+            set_named(r, name);
+        } else {
+            return api_fail(r, msg, "tool_choice",
+                            "expected \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                            "\"name\": string}");
+        }
+    }
+    return check_choice(r, msg);
 }
 
 int api_get_anthropic_tools(const json_t *root, struct api_request *r, struct err_msg *msg)
@@ -160,10 +280,13 @@ int api_get_anthropic_tools(const json_t *root, struct api_request *r, struct er
     const json_t *choice = json_object_get(root, "tool_choice");
     if (choice && !json_is_null(choice)) {
         const char *c = json_string_value(json_object_get(choice, "type"));
-        if (!c || (strcmp(c, "auto") && strcmp(c, "none")))
+        const char *name = json_string_value(json_object_get(choice, "name"));
+        if (c && !strcmp(c, "tool") && name)
+            set_named(r, name);
+        else if (!c || choice_word(c, "any", r))
             return api_fail(r, msg, "tool_choice",
-                            "only {\"type\": \"auto\"} and {\"type\": \"none\"} are supported "
-                            "(forced tool use is not implemented yet)");
+                            "expected {\"type\": \"auto\" | \"none\" | \"any\"} or {\"type\": "
+                            "\"tool\", \"name\": string}");
     }
-    return 0;
+    return check_choice(r, msg);
 }

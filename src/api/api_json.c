@@ -45,6 +45,7 @@ void api_request_release(struct api_request *r)
     free(r->user);
     free(r->grammar_src);
     json_decref(r->tools);
+    free(r->tool_name);
     memset(r, 0, sizeof(*r));
 }
 

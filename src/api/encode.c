@@ -74,9 +74,16 @@ void api_logprob_append(enum api_kind kind, json_t **target, const char *text, f
                                     (double)logprob, "bytes", bytes_of(text), "top_logprobs", top));
 }
 
-static const char *openai_finish(enum api_finish f)
+/* The model ended its turn after calling tools. */
+static bool called(const struct api_choice *c)
 {
-    switch (f) {
+    return c->n_calls > 0 && c->finish == API_FINISH_EOG;
+}
+
+static const char *openai_finish(const struct api_choice *c)
+{
+    if (called(c)) return "tool_calls";
+    switch (c->finish) {
     case API_FINISH_LENGTH:
         return "length";
     case API_FINISH_NONE:
@@ -96,6 +103,7 @@ static json_t *openai_usage(const struct api_out *o)
 
 static const char *anthropic_stop(const struct api_choice *c)
 {
+    if (called(c)) return "tool_use";
     switch (c->finish) {
     case API_FINISH_LENGTH:
         return "max_tokens";
@@ -124,6 +132,47 @@ static void item_id(const struct api_out *o, char *out, size_t n)
     snprintf(out, n, "msg_%s", o->id + 5); /* resp_X -> msg_X */
 }
 
+/* A call's arguments as an object (Anthropic's input): the text the model
+ * wrote, or {} when it is not a complete JSON object (output cut short). */
+static json_t *call_input(const struct api_toolcall *t)
+{
+    json_t *v = json_loadb(t->args.data ? t->args.data : "", t->args.len, 0, NULL);
+    if (json_is_object(v)) return v;
+    json_decref(v);
+    return json_object();
+}
+
+static json_t *call_args(const struct api_toolcall *t)
+{
+    return strn_lossy(t->args.data ? t->args.data : "", t->args.len);
+}
+
+/* Responses function_call item ids: fc_ + the call id's random part. */
+static void fc_id(const struct api_toolcall *t, char *out, size_t n)
+{
+    const char *u = strchr(t->id, '_');
+    snprintf(out, n, "fc_%s", u ? u + 1 : t->id);
+}
+
+static json_t *responses_call_item(const struct api_toolcall *t, bool done)
+{
+    char id[64];
+    fc_id(t, id, sizeof(id));
+    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:s}", "type", "function_call", "id", id, "call_id",
+                     t->id, "name", t->name, "arguments", done ? call_args(t) : json_string(""),
+                     "status", done ? "completed" : "in_progress");
+}
+
+static json_t *chat_tool_calls(const struct api_choice *c)
+{
+    json_t *a = json_array();
+    for (int k = 0; k < c->n_calls; k++)
+        json_array_append_new(a, json_pack("{s:s,s:s,s:{s:s,s:o}}", "id", c->calls[k].id, "type",
+                                           "function", "function", "name", c->calls[k].name,
+                                           "arguments", call_args(&c->calls[k])));
+    return a;
+}
+
 static json_t *responses_part(const char *text, size_t len)
 {
     return json_pack("{s:s,s:o,s:[]}", "type", "output_text", "text", strn_lossy(text, len),
@@ -141,6 +190,40 @@ static json_t *responses_item(const struct api_out *o, bool done)
                               responses_part(c->text.data ? c->text.data : "", c->text.len));
     return json_pack("{s:s,s:s,s:s,s:s,s:o}", "type", "message", "id", id, "status",
                      done ? "completed" : "in_progress", "role", "assistant", "content", content);
+}
+
+/* The request's tools and tool_choice echoed in the Responses shape. */
+static json_t *responses_tools(const struct api_request *r)
+{
+    json_t *a = json_array();
+    size_t i;
+    const json_t *t;
+    json_array_foreach(r->tools, i, t)
+    {
+        const json_t *fn = json_object_get(t, "function");
+        const json_t *params = json_object_get(fn, "parameters");
+        const json_t *desc = json_object_get(fn, "description");
+        json_array_append_new(a, json_pack("{s:s,s:O,s:O,s:O,s:n}", "type", "function", "name",
+                                           json_object_get(fn, "name"), "description",
+                                           desc ? desc : json_null(), "parameters",
+                                           params ? params : json_null(), "strict"));
+    }
+    return a;
+}
+
+static json_t *responses_tool_choice(const struct api_request *r)
+{
+    switch (r->tool_choice) {
+    case API_TOOL_CHOICE_NONE:
+        return json_string("none");
+    case API_TOOL_CHOICE_REQUIRED:
+        return json_string("required");
+    case API_TOOL_CHOICE_NAMED:
+        return json_pack("{s:s,s:s}", "type", "function", "name", r->tool_name);
+    case API_TOOL_CHOICE_AUTO:
+        break;
+    }
+    return json_string("auto");
 }
 
 static json_t *responses_object(const struct api_out *o, bool done)
@@ -164,11 +247,14 @@ static json_t *responses_object(const struct api_out *o, bool done)
     json_object_set_new(resp, "max_output_tokens",
                         r->max_tokens ? json_integer(r->max_tokens) : json_null());
     json_object_set_new(resp, "parallel_tool_calls", json_true());
-    json_object_set_new(resp, "tool_choice", json_string("auto"));
-    json_object_set_new(resp, "tools", json_array());
+    json_object_set_new(resp, "tool_choice", responses_tool_choice(r));
+    json_object_set_new(resp, "tools", responses_tools(r));
     json_object_set_new(resp, "text", json_pack("{s:{s:s}}", "format", "type", "text"));
     if (done) {
-        json_array_append_new(json_object_get(resp, "output"), responses_item(o, true));
+        json_t *output = json_object_get(resp, "output");
+        if (c->text.len || !c->n_calls) json_array_append_new(output, responses_item(o, true));
+        for (int k = 0; k < c->n_calls; k++)
+            json_array_append_new(output, responses_call_item(&c->calls[k], true));
         int n = api_out_completion_tokens(o);
         json_object_set_new(resp, "usage",
                             json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens",
@@ -197,13 +283,20 @@ json_t *api_response(const struct api_out *o)
                 json_t *lp = c->logprobs
                                  ? json_pack("{s:O,s:[]}", "content", c->logprobs, "refusal")
                                  : json_null();
+                if (c->n_calls && !c->text.len) {
+                    json_decref(text); /* OpenAI's shape for a tool-call-only answer */
+                    text = json_null();
+                }
                 ch = json_pack("{s:i,s:{s:s,s:o,s:n},s:o,s:s}", "index", i, "message", "role",
                                "assistant", "content", text, "refusal", "logprobs", lp,
-                               "finish_reason", openai_finish(c->finish));
+                               "finish_reason", openai_finish(c));
+                if (c->n_calls)
+                    json_object_set_new(json_object_get(ch, "message"), "tool_calls",
+                                        chat_tool_calls(c));
             } else {
                 ch = json_pack("{s:o,s:i,s:O,s:s}", "text", text, "index", i, "logprobs",
                                c->logprobs ? c->logprobs : json_null(), "finish_reason",
-                               openai_finish(c->finish));
+                               openai_finish(c));
             }
             json_array_append_new(choices, ch);
         }
@@ -217,9 +310,14 @@ json_t *api_response(const struct api_out *o)
     case API_MESSAGES: {
         const struct api_choice *c = &o->choices[0];
         json_t *content = json_array();
-        json_array_append_new(content,
-                              json_pack("{s:s,s:o}", "type", "text", "text",
-                                        strn_lossy(c->text.data ? c->text.data : "", c->text.len)));
+        if (c->text.len || !c->n_calls)
+            json_array_append_new(
+                content, json_pack("{s:s,s:o}", "type", "text", "text",
+                                   strn_lossy(c->text.data ? c->text.data : "", c->text.len)));
+        for (int k = 0; k < c->n_calls; k++)
+            json_array_append_new(content, json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id",
+                                                     c->calls[k].id, "name", c->calls[k].name,
+                                                     "input", call_input(&c->calls[k])));
         return json_pack("{s:s,s:s,s:s,s:s,s:o,s:s,s:o,s:o}", "id", o->id, "type", "message",
                          "role", "assistant", "model", o->model, "content", content, "stop_reason",
                          anthropic_stop(c), "stop_sequence",
@@ -258,9 +356,156 @@ static json_t *chat_chunk(const struct api_out *o, json_t *choices)
     return c;
 }
 
+/* Responses message items after the first get their index in the id. */
+static void block_item_id(const struct api_out *o, char *out, size_t n)
+{
+    item_id(o, out, n);
+    if (o->block > 0) snprintf(out + strlen(out), n - strlen(out), "_%d", o->block);
+}
+
+static json_t *responses_text_item(const struct api_out *o, const char *id, const char *text,
+                                   size_t len, bool done)
+{
+    json_t *content = json_array();
+    if (done) json_array_append_new(content, responses_part(text, len));
+    return json_pack("{s:s,s:s,s:s,s:s,s:o}", "type", "message", "id", id, "status",
+                     done ? "completed" : "in_progress", "role", "assistant", "content", content);
+}
+
+/* Opens a text block / message item at o->block (Responses and Messages). */
+static void open_text(struct api_out *o, struct buf *sse)
+{
+    char id[96];
+    o->open = 1;
+    o->text_from = o->choices[0].text.len;
+    if (o->req->kind == API_RESPONSES) {
+        block_item_id(o, id, sizeof(id));
+        emit_resp(o, sse, "response.output_item.added",
+                  json_pack("{s:i,s:o}", "output_index", o->block, "item",
+                            responses_text_item(o, id, "", 0, false)));
+        emit_resp(o, sse, "response.content_part.added",
+                  json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", o->block,
+                            "content_index", 0, "part", responses_part("", 0)));
+    } else {
+        emit(sse, "content_block_start",
+             json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start", "index", o->block,
+                       "content_block", "type", "text", "text", ""));
+    }
+}
+
+static void close_text(struct api_out *o, struct buf *sse)
+{
+    const struct api_choice *c = &o->choices[0];
+    const char *text = (c->text.data ? c->text.data : "") + o->text_from;
+    size_t len = c->text.len - o->text_from;
+    char id[96];
+    if (o->req->kind == API_RESPONSES) {
+        block_item_id(o, id, sizeof(id));
+        emit_resp(o, sse, "response.output_text.done",
+                  json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", o->block,
+                            "content_index", 0, "text", strn_lossy(text, len)));
+        emit_resp(o, sse, "response.content_part.done",
+                  json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", o->block,
+                            "content_index", 0, "part", responses_part(text, len)));
+        emit_resp(o, sse, "response.output_item.done",
+                  json_pack("{s:i,s:o}", "output_index", o->block, "item",
+                            responses_text_item(o, id, text, len, true)));
+    } else {
+        emit(sse, "content_block_stop",
+             json_pack("{s:s,s:i}", "type", "content_block_stop", "index", o->block));
+    }
+    o->open = 0;
+    o->block++;
+}
+
+void api_stream_tool_start(struct api_out *o, int i, int k, struct buf *sse)
+{
+    const struct api_toolcall *t = &o->choices[i].calls[k];
+    switch (o->req->kind) {
+    case API_CHAT:
+        emit(sse, NULL,
+             chat_chunk(o, json_pack("[{s:i,s:{s:[{s:i,s:s,s:s,s:{s:s,s:s}}]},s:n,s:n}]", "index",
+                                     i, "delta", "tool_calls", "index", k, "id", t->id, "type",
+                                     "function", "function", "name", t->name, "arguments", "",
+                                     "logprobs", "finish_reason")));
+        break;
+    case API_RESPONSES:
+        if (o->open == 1) close_text(o, sse);
+        o->open = 2;
+        emit_resp(o, sse, "response.output_item.added",
+                  json_pack("{s:i,s:o}", "output_index", o->block, "item",
+                            responses_call_item(t, false)));
+        break;
+    case API_MESSAGES:
+        if (o->open == 1) close_text(o, sse);
+        o->open = 2;
+        emit(sse, "content_block_start",
+             json_pack("{s:s,s:i,s:{s:s,s:s,s:s,s:{}}}", "type", "content_block_start", "index",
+                       o->block, "content_block", "type", "tool_use", "id", t->id, "name", t->name,
+                       "input"));
+        break;
+    case API_COMPLETION:
+        break;
+    }
+}
+
+void api_stream_tool_args(struct api_out *o, int i, int k, const char *text, size_t len,
+                          struct buf *sse)
+{
+    const struct api_toolcall *t = &o->choices[i].calls[k];
+    char id[64];
+    switch (o->req->kind) {
+    case API_CHAT:
+        emit(sse, NULL,
+             chat_chunk(o, json_pack("[{s:i,s:{s:[{s:i,s:{s:o}}]},s:n,s:n}]", "index", i, "delta",
+                                     "tool_calls", "index", k, "function", "arguments",
+                                     strn_lossy(text, len), "logprobs", "finish_reason")));
+        break;
+    case API_RESPONSES:
+        fc_id(t, id, sizeof(id));
+        emit_resp(o, sse, "response.function_call_arguments.delta",
+                  json_pack("{s:s,s:i,s:o}", "item_id", id, "output_index", o->block, "delta",
+                            strn_lossy(text, len)));
+        break;
+    case API_MESSAGES:
+        emit(sse, "content_block_delta",
+             json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", o->block,
+                       "delta", "type", "input_json_delta", "partial_json", strn_lossy(text, len)));
+        break;
+    case API_COMPLETION:
+        break;
+    }
+}
+
+void api_stream_tool_end(struct api_out *o, int i, int k, struct buf *sse)
+{
+    const struct api_toolcall *t = &o->choices[i].calls[k];
+    char id[64];
+    switch (o->req->kind) {
+    case API_RESPONSES:
+        fc_id(t, id, sizeof(id));
+        emit_resp(o, sse, "response.function_call_arguments.done",
+                  json_pack("{s:s,s:i,s:o}", "item_id", id, "output_index", o->block, "arguments",
+                            call_args(t)));
+        emit_resp(
+            o, sse, "response.output_item.done",
+            json_pack("{s:i,s:o}", "output_index", o->block, "item", responses_call_item(t, true)));
+        o->open = 0;
+        o->block++;
+        break;
+    case API_MESSAGES:
+        emit(sse, "content_block_stop",
+             json_pack("{s:s,s:i}", "type", "content_block_stop", "index", o->block));
+        o->open = 0;
+        o->block++;
+        break;
+    default:
+        break;
+    }
+}
+
 void api_stream_start(struct api_out *o, struct buf *sse)
 {
-    char id[80];
     switch (o->req->kind) {
     case API_CHAT:
         for (int i = 0; i < o->n_choices; i++)
@@ -271,16 +516,11 @@ void api_stream_start(struct api_out *o, struct buf *sse)
     case API_COMPLETION:
         break;
     case API_RESPONSES:
-        item_id(o, id, sizeof(id));
         emit_resp(o, sse, "response.created",
                   json_pack("{s:o}", "response", responses_object(o, false)));
         emit_resp(o, sse, "response.in_progress",
                   json_pack("{s:o}", "response", responses_object(o, false)));
-        emit_resp(o, sse, "response.output_item.added",
-                  json_pack("{s:i,s:o}", "output_index", 0, "item", responses_item(o, false)));
-        emit_resp(o, sse, "response.content_part.added",
-                  json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", 0, "content_index",
-                            0, "part", responses_part("", 0)));
+        if (!o->lazy_blocks) open_text(o, sse);
         break;
     case API_MESSAGES: {
         json_t *u = anthropic_usage(o, true);
@@ -289,9 +529,7 @@ void api_stream_start(struct api_out *o, struct buf *sse)
              json_pack("{s:s,s:{s:s,s:s,s:s,s:[],s:s,s:n,s:n,s:o}}", "type", "message_start",
                        "message", "id", o->id, "type", "message", "role", "assistant", "content",
                        "model", o->model, "stop_reason", "stop_sequence", "usage", u));
-        emit(sse, "content_block_start",
-             json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start", "index", 0,
-                       "content_block", "type", "text", "text", ""));
+        if (!o->lazy_blocks) open_text(o, sse);
         emit(sse, "ping", json_pack("{s:s}", "type", "ping"));
         break;
     }
@@ -301,7 +539,7 @@ void api_stream_start(struct api_out *o, struct buf *sse)
 void api_stream_delta(struct api_out *o, int i, const char *text, size_t len, json_t *lp,
                       struct buf *sse)
 {
-    char id[80];
+    char id[96];
     switch (o->req->kind) {
     case API_CHAT:
         emit(sse, NULL,
@@ -317,15 +555,17 @@ void api_stream_delta(struct api_out *o, int i, const char *text, size_t len, js
                                      i, "logprobs", lp ? lp : json_null(), "finish_reason")));
         break;
     case API_RESPONSES:
-        item_id(o, id, sizeof(id));
+        if (o->open != 1) open_text(o, sse);
+        block_item_id(o, id, sizeof(id));
         emit_resp(o, sse, "response.output_text.delta",
-                  json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", 0, "content_index",
-                            0, "delta", strn_lossy(text, len)));
+                  json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", o->block,
+                            "content_index", 0, "delta", strn_lossy(text, len)));
         break;
     case API_MESSAGES:
+        if (o->open != 1) open_text(o, sse);
         emit(sse, "content_block_delta",
-             json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", 0, "delta",
-                       "type", "text_delta", "text", strn_lossy(text, len)));
+             json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", o->block,
+                       "delta", "type", "text_delta", "text", strn_lossy(text, len)));
         break;
     }
 }
@@ -333,33 +573,22 @@ void api_stream_delta(struct api_out *o, int i, const char *text, size_t len, js
 void api_stream_choice_end(struct api_out *o, int i, struct buf *sse)
 {
     const struct api_choice *c = &o->choices[i];
-    const char *text = c->text.data ? c->text.data : "";
-    char id[80];
     switch (o->req->kind) {
     case API_CHAT:
         emit(sse, NULL,
              chat_chunk(o, json_pack("[{s:i,s:{},s:n,s:s}]", "index", i, "delta", "logprobs",
-                                     "finish_reason", openai_finish(c->finish))));
+                                     "finish_reason", openai_finish(c))));
         break;
     case API_COMPLETION:
         emit(sse, NULL,
              chat_chunk(o, json_pack("[{s:s,s:i,s:n,s:s}]", "text", "", "index", i, "logprobs",
-                                     "finish_reason", openai_finish(c->finish))));
+                                     "finish_reason", openai_finish(c))));
         break;
     case API_RESPONSES:
-        item_id(o, id, sizeof(id));
-        emit_resp(o, sse, "response.output_text.done",
-                  json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", 0, "content_index",
-                            0, "text", strn_lossy(text, c->text.len)));
-        emit_resp(o, sse, "response.content_part.done",
-                  json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", 0, "content_index",
-                            0, "part", responses_part(text, c->text.len)));
-        emit_resp(o, sse, "response.output_item.done",
-                  json_pack("{s:i,s:o}", "output_index", 0, "item", responses_item(o, true)));
-        break;
     case API_MESSAGES:
-        emit(sse, "content_block_stop",
-             json_pack("{s:s,s:i}", "type", "content_block_stop", "index", 0));
+        /* An answer with neither text nor calls still has its text block. */
+        if (o->open == 0 && o->block == 0) open_text(o, sse);
+        if (o->open == 1) close_text(o, sse);
         break;
     }
 }
@@ -427,8 +656,9 @@ json_t *api_responses_conversation(const struct api_out *o, const json_t *histor
     json_t *conv = history ? json_deep_copy(history) : json_array();
     json_array_extend(conv, o->req->input_items);
     const struct api_choice *c = &o->choices[0];
-    json_array_append_new(conv,
-                          json_pack("{s:s,s:o}", "role", "assistant", "content",
-                                    strn_lossy(c->text.data ? c->text.data : "", c->text.len)));
+    json_t *m = json_pack("{s:s,s:o}", "role", "assistant", "content",
+                          strn_lossy(c->text.data ? c->text.data : "", c->text.len));
+    if (c->n_calls) json_object_set_new(m, "tool_calls", chat_tool_calls(c));
+    json_array_append_new(conv, m);
     return conv;
 }

@@ -13,6 +13,13 @@
  *               messages: message_start, content_block_start, ping
  *   delta       one text chunk (chat / completions chunk, output_text.delta,
  *               content_block_delta with text_delta)
+ *   tool_*      a parsed tool call: start, argument pieces, end (chat:
+ *               delta.tool_calls | responses: function_call item events |
+ *               messages: tool_use block with input_json_delta). When tools
+ *               are parsed (lazy_blocks), Responses items and Anthropic
+ *               blocks open on their first text or call and close when the
+ *               next one opens; an answer with neither still gets one empty
+ *               text block.
  *   choice_end  chat / completions: a chunk carrying finish_reason |
  *               responses: output_text.done, content_part.done,
  *               output_item.done | messages: content_block_stop
@@ -39,8 +46,17 @@ enum api_finish {
     API_FINISH_ERROR,    /* the engine failed the request */
 };
 
+/* One parsed tool call of a choice (api/toolcall.h). */
+struct api_toolcall {
+    char id[48];     /* call id (call_..., toolu_..., or Mistral's 9 characters) */
+    char *name;      /* function name (owned) */
+    struct buf args; /* arguments: JSON object text, as the model wrote it */
+};
+
 struct api_choice {
-    struct buf text;        /* whole text so far (kept for non-stream answers and storage) */
+    struct buf text;            /* whole content text so far (calls excluded) */
+    struct api_toolcall *calls; /* (n_calls) tool calls parsed from the output */
+    int n_calls;                /* entries of calls */
     json_t *logprobs;       /* chat: array of content entries; completions: logprobs object */
     int n_tokens;           /* tokens generated */
     enum api_finish finish; /* why it ended */
@@ -57,6 +73,12 @@ struct api_out {
     int n_prompt_tokens;           /* prompt tokens over every prompt (once per prompt) */
     int n_cached_tokens;           /* of those, served from the prefix cache */
     int seq;                       /* Responses stream sequence_number, next to use */
+    bool lazy_blocks;              /* tools parsed: Responses items / Anthropic blocks open
+                                      when their first text or call comes (else the text
+                                      block opens with the stream) */
+    int block;                     /* Responses output_index / Anthropic block index now */
+    int open;                      /* what is open at `block`: 0 nothing, 1 text, 2 a call */
+    size_t text_from;              /* choice text offset where the open text block began */
 };
 
 int api_out_completion_tokens(const struct api_out *o);
@@ -78,6 +100,13 @@ void api_stream_start(struct api_out *o, struct buf *sse);
 /* lp: logprob entries for this delta (chat: array; completions: object) or NULL. */
 void api_stream_delta(struct api_out *o, int i, const char *text, size_t len, json_t *lp,
                       struct buf *sse);
+/* Tool call k of choice i (o->choices[i].calls[k] is filled): its start,
+ * a piece of its arguments, its end. Chat: delta.tool_calls; Responses: a
+ * function_call output item; Messages: a tool_use content block. */
+void api_stream_tool_start(struct api_out *o, int i, int k, struct buf *sse);
+void api_stream_tool_args(struct api_out *o, int i, int k, const char *text, size_t len,
+                          struct buf *sse);
+void api_stream_tool_end(struct api_out *o, int i, int k, struct buf *sse);
 void api_stream_choice_end(struct api_out *o, int i, struct buf *sse);
 void api_stream_end(struct api_out *o, struct buf *sse);
 /* An error in the API's own schema (HTTP status separately). For streams

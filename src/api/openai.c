@@ -131,7 +131,9 @@ static int decode_message(const json_t *m, size_t i, json_t *out, struct api_req
             json_decref(o);
             return api_fail(r, msg, p, "required for role '%s'", role);
         }
-        json_object_set_new(o, "content", json_string(""));
+        /* null stays null: the chat template decides (DeepSeek's tells a
+         * tool-call turn by it) */
+        json_object_set_new(o, "content", json_null());
     } else {
         char *text = NULL;
         int rc = api_content_text(content, p, &text, r, msg);

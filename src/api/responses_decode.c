@@ -2,9 +2,11 @@
  * responses_decode.c - request decoder for the OpenAI Responses API
  * (POST /v1/responses).
  *
- * input is a string (one user message) or an array of message items
- * ({type: "message"?, role, content: string | [input_text | output_text]});
- * other item types (function calls, files, images) are refused by name.
+ * input is a string (one user message) or an array of items: messages
+ * ({type: "message"?, role, content: string | [input_text | output_text]}),
+ * function_call ({call_id, name, arguments}: an assistant tool-call turn)
+ * and function_call_output ({call_id, output}: a "tool" message); other item
+ * types (files, images, built-in tools) are refused by name.
  * The decoded items land in r->input_items as {role, content} messages; the
  * serving layer prepends the stored conversation of previous_response_id and
  * the turn's instructions (a system message that, as OpenAI documents, does
@@ -18,6 +20,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A function_call item (an earlier answer's call, sent back with its
+ * output): joins the assistant turn before it when that one is a tool-call
+ * turn too, as parallel calls are one assistant message for the template. */
+static int decode_call(const json_t *it, const char *path, json_t *out, struct api_request *r,
+                       struct err_msg *msg)
+{
+    char p[96];
+    const char *keys[] = {"call_id", "name", "arguments"};
+    for (size_t k = 0; k < ARRAY_LEN(keys); k++) {
+        if (!json_is_string(json_object_get(it, keys[k]))) {
+            snprintf(p, sizeof(p), "%s.%s", path, keys[k]);
+            return api_fail(r, msg, p, "expected a string");
+        }
+    }
+    json_t *call = json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", json_object_get(it, "call_id"), "type",
+                             "function", "function", "name", json_object_get(it, "name"),
+                             "arguments", json_object_get(it, "arguments"));
+    json_t *last = json_array_get(out, json_array_size(out) - 1);
+    json_t *calls = json_object_get(last, "tool_calls");
+    if (last && json_is_array(calls) &&
+        !strcmp(json_string_value(json_object_get(last, "role")), "assistant")) {
+        json_array_append_new(calls, call);
+        return 0;
+    }
+    json_array_append_new(
+        out, json_pack("{s:s,s:n,s:[o]}", "role", "assistant", "content", "tool_calls", call));
+    return 0;
+}
+
 static int decode_item(const json_t *it, size_t i, json_t *out, struct api_request *r,
                        struct err_msg *msg)
 {
@@ -25,9 +56,28 @@ static int decode_item(const json_t *it, size_t i, json_t *out, struct api_reque
     snprintf(path, sizeof(path), "input[%zu]", i);
     if (!json_is_object(it)) return api_fail(r, msg, path, "expected an object");
     const char *type = json_string_value(json_object_get(it, "type"));
+    if (type && !strcmp(type, "function_call")) return decode_call(it, path, out, r, msg);
+    if (type && !strcmp(type, "function_call_output")) {
+        const json_t *id = json_object_get(it, "call_id");
+        const json_t *output = json_object_get(it, "output");
+        char *text = NULL;
+        snprintf(p, sizeof(p), "%s.call_id", path);
+        if (!json_is_string(id)) return api_fail(r, msg, p, "expected a string");
+        snprintf(p, sizeof(p), "%s.output", path);
+        if (!output) return api_fail(r, msg, p, "required");
+        int rc = api_content_text(output, p, &text, r, msg);
+        if (rc) return rc;
+        json_array_append_new(
+            out, json_pack("{s:s,s:s,s:O}", "role", "tool", "content", text, "tool_call_id", id));
+        free(text);
+        return 0;
+    }
     if (type && strcmp(type, "message")) {
         snprintf(p, sizeof(p), "%s.type", path);
-        return api_fail(r, msg, p, "item type '%.40s' is not supported (message only)", type);
+        return api_fail(r, msg, p,
+                        "item type '%.40s' is not supported (message, function_call, "
+                        "function_call_output)",
+                        type);
     }
     const char *role = json_string_value(json_object_get(it, "role"));
     snprintf(p, sizeof(p), "%s.role", path);
@@ -86,6 +136,7 @@ int responses_decode(const char *body, size_t len, struct api_request *r, struct
         r->has_seed = true;
     }
     if ((rc = api_get_text_format(root, r, msg))) goto out;
+    if ((rc = api_get_responses_tools(root, r, msg))) goto out;
     const json_t *md = json_object_get(root, "metadata");
     if (md && !json_is_null(md)) {
         if (!json_is_object(md)) {

@@ -26,6 +26,7 @@
 
 #include "base/check.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -848,4 +849,66 @@ int toolcall_finish(struct toolcall_parser *p)
     buf_clear(&p->ws_hold);
     finish_events(p);
     return p->n_ev;
+}
+
+/* ------------------------------------------------------ forced calls */
+
+int toolcall_grammar(enum toolcall_family fam, const json_t *tools, const char *name,
+                     struct buf *out, struct err_msg *msg)
+{
+    if (fam == TOOLCALL_NONE)
+        return err_set(msg, ERR_INVALID,
+                       "tool_choice: this model has no known tool-call format, so a call cannot "
+                       "be forced");
+    json_t *alts = json_array();
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t)
+    {
+        const json_t *fn = json_object_get(t, "function");
+        const char *n = json_string_value(json_object_get(fn, "name"));
+        if (!n || (name && strcmp(n, name))) continue;
+        json_t *params = json_object_get(fn, "parameters");
+        json_t *schema =
+            json_is_object(params) ? json_incref(params) : json_pack("{s:s}", "type", "object");
+        char label[TOOLCALL_MAX_NAME + 32];
+        snprintf(label, sizeof(label), "tools[%zu] '%.*s'", i, TOOLCALL_MAX_NAME, n);
+        json_t *jname = json_string(n);
+        char *qn = json_dumps(jname, JSON_ENCODE_ANY);
+        json_decref(jname);
+        struct buf head = {0};
+        const char *tail;
+        switch (fam) {
+        case TOOLCALL_HERMES:
+            buf_printf(&head, "<tool_call>\n{\"name\": %s, \"arguments\": ", qn);
+            tail = "}\n</tool_call>";
+            break;
+        case TOOLCALL_LLAMA3:
+            buf_printf(&head, "{\"name\": %s, \"parameters\": ", qn);
+            tail = "}";
+            break;
+        case TOOLCALL_MISTRAL:
+            buf_printf(&head, "[{\"name\": %s, \"arguments\": ", qn);
+            tail = "}]";
+            break;
+        default:
+            buf_printf(&head, "%s%sfunction%s%s\n```json\n", DS_CALLS_BEGIN, DS_CALL_BEGIN, DS_SEP,
+                       n);
+            tail = "\n```" DS_CALL_END DS_CALLS_END;
+            break;
+        }
+        free(qn);
+        json_array_append_new(alts, json_pack("[s,{s:o,s:s},s]", buf_str(&head), "schema", schema,
+                                              "label", label, tail));
+        buf_release(&head);
+    }
+    if (json_array_size(alts) == 0) {
+        json_decref(alts);
+        return err_set(msg, ERR_INVALID, "tool_choice: no tool named '%.64s'", name ? name : "");
+    }
+    char *s = json_dumps(alts, JSON_COMPACT);
+    buf_puts(out, s);
+    free(s);
+    json_decref(alts);
+    return 0;
 }

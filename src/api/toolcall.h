@@ -52,6 +52,7 @@
 #define INFERD_API_TOOLCALL_H
 
 #include "base/buf.h"
+#include "base/err.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -139,6 +140,18 @@ struct toolcall_parser {
     struct buf text;              /* event text storage */
     char (*ids)[40];              /* (n_calls) ids, indexed by call */
 };
+
+/* The grammar (INFERD_GRAMMAR_SEQUENCE source, api/../grammar/seq.c) of a
+ * forced call in family fam: one alternative per tool (only `name` when not
+ * NULL), each the family's wrapper text around {"name": N, "arguments": P}
+ * (DeepSeek: its marker line and a fenced block of P) where P is that tool's
+ * parameters schema (an object of any members when it has none). Each
+ * schema piece is labelled "tools[i] 'N'" so a schema the compiler refuses
+ * is reported with the tool's name. tools: OpenAI Chat tool definitions.
+ * Returns 0, or ERR_INVALID (no format for this family, no such tool). */
+struct json_t;
+int toolcall_grammar(enum toolcall_family fam, const struct json_t *tools, const char *name,
+                     struct buf *out, struct err_msg *msg);
 
 /* names: the request's tool names (borrowed; must outlive the parser);
  * id_prefix: prefix of generated ids; id_seed: ids are a function of it. */

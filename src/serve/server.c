@@ -38,6 +38,7 @@
 #include "api/api.h"
 #include "api/encode.h"
 #include "api/stopstr.h"
+#include "api/toolcall.h"
 #include "base/check.h"
 #include "base/log.h"
 #include "base/timeutil.h"
@@ -75,6 +76,7 @@ struct gen {
     bool done;                  /* the choice has ended (finish set) */
     struct tokenizer_stream ts; /* incremental detokenizer */
     struct stopstr ss;          /* stop-string hold-back */
+    struct toolcall_parser tc;  /* tool calls out of the text (when the call parses them) */
     json_t *lp_pending;         /* logprob entries not yet sent (stream) */
     uint64_t t_first_ns;        /* first token */
     uint64_t t_last_ns;         /* latest token */
@@ -94,6 +96,9 @@ struct call {
     int n_prompts;              /* entries of prompt_ids */
     char **prompt_text;         /* (n_prompts) prompt text for echo, or NULL */
     json_t *history;            /* Responses: stored conversation continued */
+    bool parse_tools;           /* the output is parsed for tool calls */
+    char **tool_names;          /* (n_tool_names) names of the request's tools (owned) */
+    int n_tool_names;           /* entries of tool_names */
     uint64_t t_start_ns;        /* request received */
     int status;                 /* HTTP status sent */
     struct event *peer_ev;      /* watches the socket for the client leaving */
@@ -113,6 +118,9 @@ struct server {
     struct runner runner;             /* engine thread */
     struct tokenizer *tok;            /* the model's tokenizer */
     struct chat_template *tmpl;       /* its chat template, or NULL */
+    enum toolcall_family tool_family; /* how this model writes tool calls */
+    int32_t tool_markers[8];          /* special tokens the detokenizer keeps for the parser */
+    int n_tool_markers;               /* entries of tool_markers */
     struct store *store;              /* stored responses */
     struct metrics metrics;           /* counters */
     char model_name[256];             /* id in the API */
@@ -247,6 +255,12 @@ static void call_free(struct call *c)
     for (int i = 0; i < c->out.n_choices; i++) {
         tokenizer_stream_release(&c->gens[i].ts);
         stopstr_release(&c->gens[i].ss);
+        toolcall_release(&c->gens[i].tc);
+        for (int k = 0; k < c->out.choices[i].n_calls; k++) {
+            free(c->out.choices[i].calls[k].name);
+            buf_release(&c->out.choices[i].calls[k].args);
+        }
+        free(c->out.choices[i].calls);
         json_decref(c->gens[i].lp_pending);
         buf_release(&c->out.choices[i].text);
         json_decref(c->out.choices[i].logprobs);
@@ -257,6 +271,9 @@ static void call_free(struct call *c)
     }
     free(c->prompt_text);
     free(c->prompt_ids);
+    for (int k = 0; k < c->n_tool_names; k++)
+        free(c->tool_names[k]);
+    free(c->tool_names);
     free(c->gens);
     free(c->out.choices);
     json_decref(c->history);
@@ -428,8 +445,8 @@ static bool all_done(const struct call *c)
     return true;
 }
 
-/* Sends text that passed the stop-string check. */
-static void emit_text(struct call *c, int i, const char *text, size_t len)
+/* Sends content text (after the stop-string check and the tool-call parser). */
+static void emit_content(struct call *c, int i, const char *text, size_t len)
 {
     struct api_choice *ch = &c->out.choices[i];
     struct gen *g = &c->gens[i];
@@ -444,6 +461,49 @@ static void emit_text(struct call *c, int i, const char *text, size_t len)
         send_chunk(c, &b);
         buf_release(&b);
     }
+}
+
+/* The parser's events for choice i: content, and calls into the choice. */
+static void tool_events(struct call *c, int i, int n)
+{
+    struct gen *g = &c->gens[i];
+    struct api_choice *ch = &c->out.choices[i];
+    for (int k = 0; k < n; k++) {
+        const struct toolcall_ev *e = &g->tc.ev[k];
+        if (e->kind == TOOLCALL_EV_CONTENT) {
+            emit_content(c, i, e->text, e->len);
+            continue;
+        }
+        struct buf b = {0};
+        if (c->r.stream) stream_begin(c);
+        if (e->kind == TOOLCALL_EV_START) {
+            CHECK(e->index == ch->n_calls);
+            ch->calls = xrealloc(ch->calls, sizeof(*ch->calls) * (size_t)(ch->n_calls + 1));
+            struct api_toolcall *t = &ch->calls[ch->n_calls++];
+            memset(t, 0, sizeof(*t));
+            snprintf(t->id, sizeof(t->id), "%s", e->id);
+            t->name = xstrdup(e->text);
+            if (c->r.stream) api_stream_tool_start(&c->out, i, e->index, &b);
+        } else if (e->kind == TOOLCALL_EV_ARGS) {
+            buf_append(&ch->calls[e->index].args, e->text, e->len);
+            if (c->r.stream) api_stream_tool_args(&c->out, i, e->index, e->text, e->len, &b);
+        } else if (c->r.stream) {
+            api_stream_tool_end(&c->out, i, e->index, &b);
+        }
+        send_chunk(c, &b);
+        buf_release(&b);
+    }
+}
+
+/* Text that passed the stop-string check: through the tool-call parser
+ * when the call has one. */
+static void emit_text(struct call *c, int i, const char *text, size_t len)
+{
+    if (!c->parse_tools) {
+        emit_content(c, i, text, len);
+        return;
+    }
+    if (len) tool_events(c, i, toolcall_feed(&c->gens[i].tc, text, len));
 }
 
 static void end_choice(struct call *c, int i, enum api_finish why)
@@ -504,6 +564,7 @@ static void feed(struct call *c, int i, const char *text, size_t len)
     emit_text(c, i, safe.data ? safe.data : "", safe.len);
     buf_release(&safe);
     if (hit >= 0) {
+        if (c->parse_tools) tool_events(c, i, toolcall_finish(&g->tc));
         c->out.choices[i].stop_index = hit;
         end_choice(c, i, API_FINISH_STOP_SEQ);
         if (g->engine_open) runner_cancel(&c->srv->runner, g->tag);
@@ -535,6 +596,18 @@ static void on_message(struct server *s, struct call *c, int i, const struct run
         g->t_last_ns = now;
         ch->n_tokens = ev->n_generated;
         bool eog = ev->finish == INFERD_FINISH_STOP && tokenizer_is_eog(s->tok, ev->token);
+        /* With the parser on, the stream keeps special tokens so that the
+         * family's markers reach it; every other special token is skipped
+         * here, as the stream would otherwise. */
+        if (c->parse_tools && !eog && tokenizer_is_special(s->tok, ev->token)) {
+            bool marker = false;
+            for (int k = 0; k < s->n_tool_markers; k++)
+                marker |= s->tool_markers[k] == ev->token;
+            if (!marker) {
+                if (c->r.logprobs) add_logprobs(c, i, ev);
+                eog = true; /* nothing to decode */
+            }
+        }
         if (!eog) {
             if (c->r.logprobs) add_logprobs(c, i, ev);
             struct buf piece = {0};
@@ -556,6 +629,7 @@ static void on_message(struct server *s, struct call *c, int i, const struct run
             stopstr_flush(&g->ss, &rest);
             emit_text(c, i, rest.data ? rest.data : "", rest.len);
             buf_release(&rest);
+            if (c->parse_tools) tool_events(c, i, toolcall_finish(&g->tc));
         }
         switch (ev->finish) {
         case INFERD_FINISH_STOP:
@@ -720,6 +794,39 @@ static int tokenize_prompts(struct server *s, struct call *c, struct err_msg *ms
     return 0;
 }
 
+/* Tool calls: which output is parsed, and the grammar of a forced call. */
+static int setup_tools(struct server *s, struct call *c, struct err_msg *msg)
+{
+    struct api_request *r = &c->r;
+    if (!r->tools || r->kind == API_COMPLETION) return 0;
+    if (r->tool_choice == API_TOOL_CHOICE_REQUIRED || r->tool_choice == API_TOOL_CHOICE_NAMED) {
+        struct buf g = {0};
+        int rc = toolcall_grammar(s->tool_family, r->tools,
+                                  r->tool_choice == API_TOOL_CHOICE_NAMED ? r->tool_name : NULL, &g,
+                                  msg);
+        if (rc) {
+            snprintf(r->bad_param, sizeof(r->bad_param), "tool_choice");
+            buf_release(&g);
+            return rc;
+        }
+        r->grammar_kind = INFERD_GRAMMAR_SEQUENCE;
+        r->grammar_src = xstrdup(buf_str(&g));
+        buf_release(&g);
+    }
+    if (r->tool_choice == API_TOOL_CHOICE_NONE || s->tool_family == TOOLCALL_NONE) return 0;
+    c->parse_tools = true;
+    c->out.lazy_blocks = true;
+    c->tool_names = xcalloc(json_array_size(r->tools), sizeof(char *));
+    size_t i;
+    const json_t *t;
+    json_array_foreach(r->tools, i, t)
+    {
+        const char *n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        c->tool_names[c->n_tool_names++] = xstrdup(n ? n : "");
+    }
+    return 0;
+}
+
 static void start_generation(struct server *s, struct call *c)
 {
     struct api_request *r = &c->r;
@@ -737,8 +844,15 @@ static void start_generation(struct server *s, struct call *c)
         g->prompt = i / r->n;
         g->tag = ++s->next_tag;
         g->engine_open = true;
-        tokenizer_stream_init(&g->ts, true);
+        tokenizer_stream_init(&g->ts, !c->parse_tools);
         stopstr_init(&g->ss, r->stop, r->n_stop);
+        if (c->parse_tools) {
+            uint64_t id_seed = 0;
+            if (getrandom(&id_seed, sizeof(id_seed), 0) != (ssize_t)sizeof(id_seed))
+                id_seed = time_now_ns() + (uint64_t)i;
+            toolcall_init(&g->tc, s->tool_family, c->tool_names, c->n_tool_names,
+                          r->kind == API_MESSAGES ? "toolu_" : "call_", id_seed);
+        }
         if (c->prompt_text) buf_puts(&c->out.choices[i].text, c->prompt_text[g->prompt]);
         const struct i32vec *ids = &c->prompt_ids[g->prompt];
         struct inferd_request q = {0};
@@ -825,6 +939,7 @@ static void handle_generate(struct server *s, struct evhttp_request *req, const 
                      c->r.model, s->model_name);
     }
     if (!rc) rc = build_messages(s, c, &msg);
+    if (!rc) rc = setup_tools(s, c, &msg);
     if (!rc) rc = tokenize_prompts(s, c, &msg);
     if (!rc && c->r.n * c->n_prompts > API_MAX_PROMPTS)
         rc = err_set(&msg, ERR_INVALID, "n x prompts: at most %d sequences per request",
@@ -838,6 +953,9 @@ static void handle_generate(struct server *s, struct evhttp_request *req, const 
         }
         free(c->prompt_text);
         free(c->prompt_ids);
+        for (int k = 0; k < c->n_tool_names; k++)
+            free(c->tool_names[k]);
+        free(c->tool_names);
         json_decref(c->history);
         api_request_release(&c->r);
         free(c);
@@ -1217,6 +1335,33 @@ static int make_demo(const struct serve_config *cfg, char *path, size_t n, struc
     return 0;
 }
 
+/* The marker is one token of the vocabulary. */
+static bool has_token(const char *text, void *ctx)
+{
+    struct server *s = ctx;
+    struct i32vec ids = {0};
+    tokenizer_encode(s->tok, text, strlen(text), TOKENIZER_PARSE_SPECIAL, &ids);
+    bool one = ids.n == 1;
+    i32vec_release(&ids);
+    return one;
+}
+
+/* How this model writes tool calls, and which special tokens carry it. */
+static void detect_tools(struct server *s)
+{
+    s->tool_family = toolcall_family_detect(has_token, s, tokenizer_chat_template(s->tok));
+    for (const char *const *m = toolcall_family_markers(s->tool_family); *m; m++) {
+        struct i32vec ids = {0};
+        tokenizer_encode(s->tok, *m, strlen(*m), TOKENIZER_PARSE_SPECIAL, &ids);
+        if (ids.n == 1 && tokenizer_is_special(s->tok, ids.v[0]) &&
+            s->n_tool_markers < (int)ARRAY_LEN(s->tool_markers))
+            s->tool_markers[s->n_tool_markers++] = ids.v[0];
+        i32vec_release(&ids);
+    }
+    log_info("tool calls: %s format (%d special marker tokens)",
+             toolcall_family_name(s->tool_family), s->n_tool_markers);
+}
+
 static int load(struct server *s, const struct serve_config *cfg, struct err_msg *msg)
 {
     char path[PATH_MAX];
@@ -1254,6 +1399,7 @@ static int load(struct server *s, const struct serve_config *cfg, struct err_msg
                                     &s->tmpl, msg)))
             log_warn("chat template unusable (%s): chat endpoints will answer 400", msg->text);
     }
+    detect_tools(s);
     s->n_vocab = inferd_model_n_vocab(s->model);
     struct inferd_engine_config ec;
     inferd_engine_config_default(&ec);

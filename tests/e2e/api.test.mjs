@@ -270,9 +270,11 @@ test('structured output: json_schema, json_object, regex, text.format; errors na
     await assert.rejects(openai.chat.completions.create({ model: MODEL, messages: chatMsgs,
         response_format: { type: 'xml' } }),
     (e) => e.status === 400 && e.param === 'response_format.type');
+    // a forced tool call and response_format would constrain the same output
     await assert.rejects(openai.chat.completions.create({ model: MODEL, messages: chatMsgs, tool_choice: 'required',
+        response_format: { type: 'json_object' },
         tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }),
-    (e) => e.status === 400 && e.param === 'tool_choice');
+    (e) => e.status === 400 && e.param === 'tool_choice' && /response_format/.test(e.message));
     // tools reach the chat template: the prompt grows by the rendered definitions
     const tool = { name: 'get_weather', description: 'Weather for a city', input_schema: { type: 'object', properties: { city: { type: 'string' } } } };
     const base = await anthropic.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: 'hi' }] });
@@ -283,8 +285,8 @@ test('structured output: json_schema, json_object, regex, text.format; errors na
     const chatPlain = await openai.chat.completions.create({ model: MODEL, messages: chatMsgs, max_tokens: 2 });
     assert.ok(chatTools.usage.prompt_tokens > chatPlain.usage.prompt_tokens + 10);
     await assert.rejects(anthropic.messages.create({ model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: 'x' }],
-        tools: [tool], tool_choice: { type: 'any' } }),
-    (e) => e.status === 400 && /tool_choice/.test(e.message));
+        tools: [tool], tool_choice: { type: 'tool', name: 'no_such_tool' } }),
+    (e) => e.status === 400 && /tool_choice: names 'no_such_tool'/.test(e.message));
 });
 
 test('errors: each API schema and status', async () => {
