@@ -373,11 +373,12 @@ static json_t *responses_text_item(const struct api_out *o, const char *id, cons
 }
 
 /* Opens a text block / message item at o->block (Responses and Messages). */
-static void open_text(struct api_out *o, struct buf *sse)
+/* from: offset in the choice's text where the block's text begins. */
+static void open_text(struct api_out *o, size_t from, struct buf *sse)
 {
     char id[96];
     o->open = 1;
-    o->text_from = o->choices[0].text.len;
+    o->text_from = from;
     if (o->req->kind == API_RESPONSES) {
         block_item_id(o, id, sizeof(id));
         emit_resp(o, sse, "response.output_item.added",
@@ -520,7 +521,7 @@ void api_stream_start(struct api_out *o, struct buf *sse)
                   json_pack("{s:o}", "response", responses_object(o, false)));
         emit_resp(o, sse, "response.in_progress",
                   json_pack("{s:o}", "response", responses_object(o, false)));
-        if (!o->lazy_blocks) open_text(o, sse);
+        if (!o->lazy_blocks) open_text(o, 0, sse);
         break;
     case API_MESSAGES: {
         json_t *u = anthropic_usage(o, true);
@@ -529,7 +530,7 @@ void api_stream_start(struct api_out *o, struct buf *sse)
              json_pack("{s:s,s:{s:s,s:s,s:s,s:[],s:s,s:n,s:n,s:o}}", "type", "message_start",
                        "message", "id", o->id, "type", "message", "role", "assistant", "content",
                        "model", o->model, "stop_reason", "stop_sequence", "usage", u));
-        if (!o->lazy_blocks) open_text(o, sse);
+        if (!o->lazy_blocks) open_text(o, 0, sse);
         emit(sse, "ping", json_pack("{s:s}", "type", "ping"));
         break;
     }
@@ -555,14 +556,14 @@ void api_stream_delta(struct api_out *o, int i, const char *text, size_t len, js
                                      i, "logprobs", lp ? lp : json_null(), "finish_reason")));
         break;
     case API_RESPONSES:
-        if (o->open != 1) open_text(o, sse);
+        if (o->open != 1) open_text(o, o->choices[i].text.len - len, sse);
         block_item_id(o, id, sizeof(id));
         emit_resp(o, sse, "response.output_text.delta",
                   json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", o->block,
                             "content_index", 0, "delta", strn_lossy(text, len)));
         break;
     case API_MESSAGES:
-        if (o->open != 1) open_text(o, sse);
+        if (o->open != 1) open_text(o, o->choices[i].text.len - len, sse);
         emit(sse, "content_block_delta",
              json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", o->block,
                        "delta", "type", "text_delta", "text", strn_lossy(text, len)));
@@ -587,7 +588,7 @@ void api_stream_choice_end(struct api_out *o, int i, struct buf *sse)
     case API_RESPONSES:
     case API_MESSAGES:
         /* An answer with neither text nor calls still has its text block. */
-        if (o->open == 0 && o->block == 0) open_text(o, sse);
+        if (o->open == 0 && o->block == 0) open_text(o, c->text.len, sse);
         if (o->open == 1) close_text(o, sse);
         break;
     }

@@ -35,6 +35,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <ctype.h>
 #include <string.h>
 
 struct chat_template {
@@ -52,7 +53,11 @@ static bool tests_content_none(const char *src)
                                        "content is none",        "content'] is not none",
                                        "content\"] is not none", "content is not none"};
     for (size_t i = 0; i < ARRAY_LEN(pats); i++)
-        if (strstr(src, pats[i])) return true;
+        for (const char *at = strstr(src, pats[i]); at; at = strstr(at + 1, pats[i])) {
+            /* "content", not the end of another name ("reasoning_content") */
+            char before = at > src ? at[-1] : ' ';
+            if (!isalnum((unsigned char)before) && before != '_') return true;
+        }
     return false;
 }
 

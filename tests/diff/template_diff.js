@@ -58,7 +58,7 @@ if (typeof source !== 'string') {
 }
 const bos = tokenText(cfg.bos_token), eos = tokenText(cfg.eos_token);
 const argsAsText = /\[['"]arguments['"]\] ?\+|\.arguments ?\+/.test(source);
-const nullContentOk = /content(['"]\])? is (not )?none/.test(source);
+const nullContentOk = /(^|[^A-Za-z0-9_])content(['"]\])? is (not )?none/.test(source); // not reasoning_content
 const oracle = new Template(source);
 
 // ---- seeded generator ----
