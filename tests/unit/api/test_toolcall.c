@@ -9,7 +9,12 @@
  */
 #include "test.h"
 
+#include "base/check.h"
+
 #include "api/toolcall.h"
+#include "grammar/grammar.h"
+
+#include <jansson.h>
 
 static char *names[] = {"get_weather", "search", "noop"};
 
@@ -274,6 +279,78 @@ TEST(family_detection)
     EXPECT_EQ_INT(toolcall_family_detect(has_tok, ms, NULL), TOOLCALL_MISTRAL);
     EXPECT_EQ_INT(toolcall_family_detect(has_tok, none, NULL), TOOLCALL_NONE);
     EXPECT_EQ_INT(toolcall_family_detect(has_tok, none, "...<tool_call>..."), TOOLCALL_HERMES);
+}
+
+/* The forced-call grammar of each family accepts exactly the calls the
+ * parser reads back: the family's canonical text for a tool is in the
+ * grammar's language, and parses to that call; a wrong name or arguments
+ * that break the schema are not in it. */
+static bool in_grammar(const char *src, const char *text)
+{
+    struct err_msg m = {{0}};
+    struct grammar *g = NULL;
+    if (grammar_compile(GRAMMAR_SEQUENCE, src, strlen(src), &g, &m)) {
+        fprintf(stderr, "  grammar: %s\n", m.text);
+        return false;
+    }
+    struct grammar_matcher *mt = grammar_matcher_new(g, NULL);
+    bool ok = grammar_matcher_accept_bytes(mt, text, strlen(text)) &&
+              grammar_matcher_is_accepting(mt) && !grammar_matcher_can_continue(mt);
+    grammar_matcher_free(mt);
+    grammar_unref(g);
+    return ok;
+}
+
+TEST(forced_grammar_matches_parser)
+{
+    json_t *tools = json_loads(
+        "[{\"type\": \"function\", \"function\": {\"name\": \"search\", \"parameters\": "
+        "{\"type\": \"object\", \"properties\": {\"q\": {\"type\": \"string\"}}, \"required\": "
+        "[\"q\"], \"additionalProperties\": false}}}, {\"type\": \"function\", \"function\": "
+        "{\"name\": \"noop\"}}]",
+        0, NULL);
+    CHECK(tools);
+    static const struct {
+        enum toolcall_family fam;
+        const char *good, *bad_args, *other;
+    } cases[] = {
+        {TOOLCALL_HERMES,
+         "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"x\"}}\n</tool_call>",
+         "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"n\": 1}}\n</tool_call>",
+         "<tool_call>\n{\"name\": \"noop\", \"arguments\": {\"any\": [1]}}\n</tool_call>"},
+        {TOOLCALL_LLAMA3, "{\"name\": \"search\", \"parameters\": {\"q\": \"x\"}}",
+         "{\"name\": \"search\", \"parameters\": {}}", "{\"name\": \"noop\", \"parameters\": {}}"},
+        {TOOLCALL_MISTRAL, "[{\"name\": \"search\", \"arguments\": {\"q\": \"x\"}}]",
+         "[{\"name\": \"search\", \"arguments\": {\"q\": 5}}]",
+         "[{\"name\": \"noop\", \"arguments\": {}}]"},
+        {TOOLCALL_DEEPSEEK, DSB DCB "function" DSEP "search\n```json\n{\"q\": \"x\"}\n```" DCE DSE,
+         DSB DCB "function" DSEP "search\n```json\n[]\n```" DCE DSE,
+         DSB DCB "function" DSEP "noop\n```json\n{}\n```" DCE DSE},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        struct buf all = {0}, one = {0};
+        struct err_msg m = {{0}};
+        EXPECT_EQ_INT(toolcall_grammar(cases[k].fam, tools, NULL, &all, &m), 0);
+        EXPECT_EQ_INT(toolcall_grammar(cases[k].fam, tools, "search", &one, &m), 0);
+        EXPECT(in_grammar(buf_str(&all), cases[k].good));
+        EXPECT(in_grammar(buf_str(&one), cases[k].good));
+        EXPECT(!in_grammar(buf_str(&all), cases[k].bad_args));
+        EXPECT(in_grammar(buf_str(&all), cases[k].other));
+        EXPECT(!in_grammar(buf_str(&one), cases[k].other));
+        struct render r;
+        run_cuts(cases[k].fam, cases[k].good, NULL, 0, &r);
+        EXPECT(!strcmp(buf_str(&r.s), "S0{search}A0{{\"q\": \"x\"}}E0"));
+        buf_release(&r.s);
+        buf_release(&all);
+        buf_release(&one);
+    }
+    struct buf b = {0};
+    struct err_msg m = {{0}};
+    EXPECT_EQ_INT(toolcall_grammar(TOOLCALL_HERMES, tools, "nope", &b, &m), ERR_INVALID);
+    EXPECT(strstr(m.text, "no tool named 'nope'") != NULL);
+    EXPECT_EQ_INT(toolcall_grammar(TOOLCALL_NONE, tools, NULL, &b, &m), ERR_INVALID);
+    buf_release(&b);
+    json_decref(tools);
 }
 
 TEST_MAIN()

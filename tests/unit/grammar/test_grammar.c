@@ -52,6 +52,35 @@ static int compile_error(enum grammar_kind k, const char *src, const char *needl
     return rc;
 }
 
+TEST(sequence_kind)
+{
+    const char *src = "[[\"<a>\", {\"schema\": {\"type\": \"object\", \"properties\": {\"x\": "
+                      "{\"type\": \"integer\"}}, \"required\": [\"x\"], \"additionalProperties\": "
+                      "false}}, \"</a>\"], [\"B\", {\"schema\": {\"enum\": [1, 2]}}], [\"C\"]]";
+    EXPECT_EQ_INT(match(GRAMMAR_SEQUENCE, src, "<a>{\"x\": 5}</a>"), 1);
+    EXPECT_EQ_INT(match(GRAMMAR_SEQUENCE, src, "<a> {\"x\":-12}\n</a>"), 1);
+    EXPECT_EQ_INT(match(GRAMMAR_SEQUENCE, src, "<a>{\"x\": \"s\"}</a>"), 0);
+    EXPECT_EQ_INT(match(GRAMMAR_SEQUENCE, src, "<a>{}</a>"), 0);
+    EXPECT_EQ_INT(match(GRAMMAR_SEQUENCE, src, "<a>{\"x\": 5}"), 0);
+    EXPECT_EQ_INT(match(GRAMMAR_SEQUENCE, src, "B2"), 1);
+    EXPECT_EQ_INT(match(GRAMMAR_SEQUENCE, src, "B3"), 0);
+    EXPECT_EQ_INT(match(GRAMMAR_SEQUENCE, src, "C"), 1);
+    EXPECT_EQ_INT(match(GRAMMAR_SEQUENCE, src, " C"), 0);
+    /* UTF-8 literals (DeepSeek's markers are full-width) */
+    EXPECT_EQ_INT(
+        match(GRAMMAR_SEQUENCE, "[[\"<\xef\xbd\x9c\xe2\x96\x81>\"]]", "<\xef\xbd\x9c\xe2\x96\x81>"),
+        1);
+    EXPECT(compile_error(GRAMMAR_SEQUENCE, "[]", "non-empty array of alternatives"));
+    EXPECT(compile_error(GRAMMAR_SEQUENCE, "[[]]", "[0]: expected a non-empty array of pieces"));
+    EXPECT(compile_error(GRAMMAR_SEQUENCE, "[[\"a\", 5]]", "[0][1]: expected a string or"));
+    EXPECT(compile_error(GRAMMAR_SEQUENCE, "[[\"a\"", "not valid JSON"));
+    EXPECT(compile_error(GRAMMAR_SEQUENCE,
+                         "[[\"a\", {\"schema\": {\"properties\": {\"x\": {\"not\": {}}}}, "
+                         "\"label\": \"tools[3] 'f'\"}]]",
+                         "tools[3] 'f': json schema: #/properties/x/not"));
+    EXPECT(compile_error(GRAMMAR_SEQUENCE, "[[{\"schema\": {\"type\": \"blob\"}}]]", "[0][0]: "));
+}
+
 TEST(ebnf_basics)
 {
     const char *g = "# arithmetic\n"
