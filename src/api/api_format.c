@@ -95,6 +95,25 @@ int api_get_text_format(const json_t *root, struct api_request *r, struct err_ms
     return decode_format(fmt, fmt, "text.format", r, msg);
 }
 
+/* Tool names as OpenAI and Anthropic define them: 1..64 of [A-Za-z0-9_-]
+ * (dots too, which some clients use). The parser matches names as plain
+ * text and grammars write them literally, so nothing else may pass. */
+static int check_name(const char *name, const char *path, struct api_request *r,
+                      struct err_msg *msg)
+{
+    size_t n = strlen(name);
+    bool ok = n >= 1 && n <= 64;
+    for (size_t i = 0; ok && i < n; i++) {
+        char c = name[i];
+        ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '_' || c == '-' || c == '.';
+    }
+    if (!ok)
+        return api_fail(r, msg, path,
+                        "tool names are 1 to 64 characters of a-z, A-Z, 0-9, '_', '-', '.'");
+    return 0;
+}
+
 /* A forced choice must name a tool the request defines, and leaves no room
  * for another constraint on the same output. */
 static int check_choice(struct api_request *r, struct err_msg *msg)
@@ -162,6 +181,9 @@ int api_get_tools(const json_t *root, struct api_request *r, struct err_msg *msg
                 return api_fail(r, msg, p,
                                 "expected {\"type\": \"function\", \"function\": {\"name\", "
                                 "\"parameters\": object, ...}}");
+            snprintf(p, sizeof(p), "tools[%zu].function.name", i);
+            int rc = check_name(json_string_value(json_object_get(fn, "name")), p, r, msg);
+            if (rc) return rc;
         }
         if (json_array_size(tools) > 0) r->tools = json_incref((json_t *)tools);
     }
@@ -215,6 +237,12 @@ int api_get_responses_tools(const json_t *root, struct api_request *r, struct er
                                 "expected {\"type\": \"function\", \"name\": string, "
                                 "\"description\": string, \"parameters\": object}");
             }
+            snprintf(p, sizeof(p), "tools[%zu].name", i);
+            int rc = check_name(json_string_value(name), p, r, msg);
+            if (rc) {
+                json_decref(out);
+                return rc;
+            }
             json_t *fn = json_pack("{s:O}", "name", name);
             if (json_is_string(desc)) json_object_set(fn, "description", (json_t *)desc);
             if (json_is_object(params)) json_object_set(fn, "parameters", (json_t *)params);
@@ -266,6 +294,12 @@ int api_get_anthropic_tools(const json_t *root, struct api_request *r, struct er
                 return api_fail(r, msg, p,
                                 "expected {\"name\": string, \"description\": string, "
                                 "\"input_schema\": object}");
+            }
+            snprintf(p, sizeof(p), "tools[%zu].name", i);
+            int rc = check_name(json_string_value(name), p, r, msg);
+            if (rc) {
+                json_decref(out);
+                return rc;
             }
             json_t *fn = json_pack("{s:O}", "name", name);
             if (desc) json_object_set(fn, "description", (json_t *)desc);

@@ -657,8 +657,11 @@ json_t *api_responses_conversation(const struct api_out *o, const json_t *histor
     json_t *conv = history ? json_deep_copy(history) : json_array();
     json_array_extend(conv, o->req->input_items);
     const struct api_choice *c = &o->choices[0];
+    /* a tool-call turn without text has content null, as clients send it back */
     json_t *m = json_pack("{s:s,s:o}", "role", "assistant", "content",
-                          strn_lossy(c->text.data ? c->text.data : "", c->text.len));
+                          c->n_calls && !c->text.len
+                              ? json_null()
+                              : strn_lossy(c->text.data ? c->text.data : "", c->text.len));
     if (c->n_calls) json_object_set_new(m, "tool_calls", chat_tool_calls(c));
     json_array_append_new(conv, m);
     return conv;

@@ -191,6 +191,14 @@ TEST(tool_choice_forms)
     EXPECT_EQ_INT(dec(openai_chat_decode, body, &r, &m), ERR_INVALID);
     EXPECT(strstr(m.text, "cannot be combined") != NULL);
     api_request_release(&r);
+    /* tool names are plain identifiers */
+    EXPECT_EQ_INT(dec(openai_chat_decode,
+                      "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+                      "\"function\",\"function\":{\"name\":\"a\\\"b\"}}]}",
+                      &r, &m),
+                  ERR_INVALID);
+    EXPECT(!strcmp(r.bad_param, "tools[0].function.name"));
+    api_request_release(&r);
     /* forced without tools */
     EXPECT_EQ_INT(dec(openai_chat_decode,
                       "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":"
