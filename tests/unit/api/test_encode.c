@@ -118,4 +118,106 @@ TEST(stream_events_in_order)
     buf_release(&c.text);
 }
 
+/* Events in b, in order: each of want[] found after the previous one. */
+static void expect_in_order(const struct buf *b, const char *const *want, size_t n)
+{
+    const char *p = buf_str(b);
+    for (size_t i = 0; i < n; i++) {
+        const char *at = strstr(p, want[i]);
+        if (!at) {
+            fprintf(stderr, "  missing (in order): %s\n", want[i]);
+            test_failures_in_case++;
+            return;
+        }
+        p = at + strlen(want[i]);
+    }
+}
+
+/* Text, then a tool call: the text block closes when the call's opens. */
+TEST(tool_calls_stream_and_answer)
+{
+    for (int api = 0; api < 3; api++) {
+        struct api_request r = {.kind = api == 0   ? API_MESSAGES
+                                        : api == 1 ? API_RESPONSES
+                                                   : API_CHAT,
+                                .n = 1};
+        struct api_toolcall t = {.id = "call_X1", .name = "get_weather"};
+        struct api_choice c = {.n_tokens = 9, .finish = API_FINISH_EOG, .calls = &t, .n_calls = 1};
+        struct api_out o;
+        fill(&o, &r, &c, 1);
+        o.lazy_blocks = true;
+        struct buf b = {0};
+        api_stream_start(&o, &b);
+        buf_puts(&c.text, "Sure.");
+        api_stream_delta(&o, 0, "Sure.", 5, NULL, &b);
+        api_stream_tool_start(&o, 0, 0, &b);
+        buf_puts(&t.args, "{\"city\":");
+        api_stream_tool_args(&o, 0, 0, "{\"city\":", 8, &b);
+        buf_puts(&t.args, "\"Oslo\"}");
+        api_stream_tool_args(&o, 0, 0, "\"Oslo\"}", 7, &b);
+        api_stream_tool_end(&o, 0, 0, &b);
+        api_stream_choice_end(&o, 0, &b);
+        api_stream_end(&o, &b);
+        json_t *a = api_response(&o);
+        if (r.kind == API_MESSAGES) {
+            const char *want[] = {
+                "event: message_start",
+                "event: ping",
+                "\"index\":0,\"content_block\":{\"type\":\"text\"",
+                "\"text_delta\",\"text\":\"Sure.\"",
+                "{\"type\":\"content_block_stop\",\"index\":0}",
+                "\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"call_X1\","
+                "\"name\":\"get_weather\",\"input\":{}}",
+                "\"input_json_delta\",\"partial_json\":\"{\\\"city\\\":\"}",
+                "{\"type\":\"content_block_stop\",\"index\":1}",
+                "\"stop_reason\":\"tool_use\"",
+                "event: message_stop"};
+            expect_in_order(&b, want, sizeof(want) / sizeof(want[0]));
+            json_t *content = json_object_get(a, "content");
+            EXPECT_EQ_INT(json_array_size(content), 2);
+            json_t *tu = json_array_get(content, 1);
+            EXPECT(!strcmp(json_string_value(json_object_get(tu, "type")), "tool_use"));
+            EXPECT(!strcmp(json_string_value(json_object_get(json_object_get(tu, "input"), "city")),
+                           "Oslo"));
+            EXPECT(!strcmp(json_string_value(json_object_get(a, "stop_reason")), "tool_use"));
+        } else if (r.kind == API_RESPONSES) {
+            const char *want[] = {
+                "event: response.output_item.added",
+                "\"output_index\":0",
+                "event: response.output_text.delta",
+                "event: response.output_item.done",
+                "event: response.output_item.added",
+                "\"type\":\"function_call\",\"id\":\"fc_X1\",\"call_id\":\"call_X1\"",
+                "event: response.function_call_arguments.delta",
+                "event: response.function_call_arguments.done",
+                "\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\",\"type\"",
+                "event: response.output_item.done",
+                "event: response.completed"};
+            expect_in_order(&b, want, sizeof(want) / sizeof(want[0]));
+            json_t *out = json_object_get(a, "output");
+            EXPECT_EQ_INT(json_array_size(out), 2);
+            EXPECT(!strcmp(json_string_value(json_object_get(json_array_get(out, 1), "type")),
+                           "function_call"));
+        } else {
+            const char *want[] = {"\"content\":\"Sure.\"",
+                                  "\"tool_calls\":[{\"index\":0,\"id\":\"call_X1\",\"type\":"
+                                  "\"function\",\"function\":{\"name\":\"get_weather\","
+                                  "\"arguments\":\"\"}}]",
+                                  "\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":",
+                                  "\"finish_reason\":\"tool_calls\"", "data: [DONE]"};
+            expect_in_order(&b, want, sizeof(want) / sizeof(want[0]));
+            json_t *msg =
+                json_object_get(json_array_get(json_object_get(a, "choices"), 0), "message");
+            json_t *tc = json_array_get(json_object_get(msg, "tool_calls"), 0);
+            EXPECT(!strcmp(
+                json_string_value(json_object_get(json_object_get(tc, "function"), "arguments")),
+                "{\"city\":\"Oslo\"}"));
+        }
+        json_decref(a);
+        buf_release(&b);
+        buf_release(&c.text);
+        buf_release(&t.args);
+    }
+}
+
 TEST_MAIN()
