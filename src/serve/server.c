@@ -19,8 +19,10 @@
  *                  writes the eventfd.
  *   on_wake        drains the outbox; each message goes to its call by tag:
  *                  token -> incremental detokenizer -> stop-string hold-back
- *                  -> an SSE event (stream) or the choice's text; finish ->
- *                  flush both and end the choice. A stop string ends the
+ *                  -> tool-call parser (requests with tools: content, calls
+ *                  and argument pieces) -> SSE events (stream) or the
+ *                  choice's text and calls; finish -> flush them all and end
+ *                  the choice. A stop string ends the
  *                  choice at once and cancels its engine request.
  *   finish_call    when every choice has ended: the final events or the
  *                  whole JSON answer, the stored response, metrics, one log
