@@ -18,7 +18,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char *names[] = {"get_weather", "search", "noop"};
 
-/* Appends events in a canonical, merged form; checks call order. */
+/* One record: kind, length, bytes (text may hold NUL bytes). */
+static void record(struct buf *out, char kind, const char *s, size_t n)
+{
+    buf_putc(out, kind);
+    buf_append(out, &n, sizeof(n));
+    buf_append(out, s, n);
+}
+
+/* Appends the events as records; checks call order. */
 static void render(const struct toolcall_parser *p, int n, struct buf *out, int *open_call,
                    int *n_calls, size_t *content)
 {
@@ -28,48 +36,40 @@ static void render(const struct toolcall_parser *p, int n, struct buf *out, int 
         case TOOLCALL_EV_CONTENT:
             if (*open_call >= 0) abort();
             *content += e->len;
-            buf_putc(out, 'C');
-            buf_append(out, e->text, e->len);
-            buf_putc(out, 0); /* separator: merged later by the comparison */
+            record(out, 'C', e->text, e->len);
             break;
         case TOOLCALL_EV_START:
             if (*open_call >= 0 || e->index != *n_calls || !e->id || !e->text[0]) abort();
             *open_call = e->index;
             (*n_calls)++;
-            buf_printf(out, "S%d%s", e->index, e->text);
-            buf_putc(out, 0);
+            record(out, 'S', e->text, e->len);
             break;
         case TOOLCALL_EV_ARGS:
             if (e->index != *open_call) abort();
-            buf_putc(out, 'A');
-            buf_append(out, e->text, e->len);
-            buf_putc(out, 0);
+            record(out, 'A', e->text, e->len);
             break;
         case TOOLCALL_EV_END:
             if (e->index != *open_call) abort();
             *open_call = -1;
-            buf_printf(out, "E%d", e->index);
-            buf_putc(out, 0);
+            record(out, 'E', "", 0);
             break;
         }
     }
 }
 
-/* Joins adjacent pieces of the same kind (C with C, A with A). */
+/* Joins adjacent records of the same kind (C with C, A with A). */
 static void merge(const struct buf *in, struct buf *out)
 {
     char last = 0;
     for (size_t i = 0; i < in->len;) {
-        size_t n = strlen(in->data + i);
         char kind = in->data[i];
-        if ((kind == 'C' || kind == 'A') && kind == last) {
-            buf_append(out, in->data + i + 1, n - 1);
-        } else {
-            buf_putc(out, '|');
-            buf_append(out, in->data + i, n);
-        }
+        size_t n;
+        memcpy(&n, in->data + i + 1, sizeof(n));
+        const char *s = in->data + i + 1 + sizeof(n);
+        if (!((kind == 'C' || kind == 'A') && kind == last)) buf_putc(out, kind);
+        buf_append(out, s, n);
         last = kind;
-        i += n + 1;
+        i += 1 + sizeof(n) + n;
     }
 }
 
