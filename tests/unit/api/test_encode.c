@@ -166,8 +166,8 @@ TEST(tool_calls_stream_and_answer)
                 "\"index\":0,\"content_block\":{\"type\":\"text\"",
                 "\"text_delta\",\"text\":\"Sure.\"",
                 "{\"type\":\"content_block_stop\",\"index\":0}",
-                "\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"call_X1\","
-                "\"name\":\"get_weather\",\"input\":{}}",
+                ("\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"call_X1\","
+                 "\"name\":\"get_weather\",\"input\":{}}"),
                 "\"input_json_delta\",\"partial_json\":\"{\\\"city\\\":\"}",
                 "{\"type\":\"content_block_stop\",\"index\":1}",
                 "\"stop_reason\":\"tool_use\"",
@@ -200,9 +200,9 @@ TEST(tool_calls_stream_and_answer)
                            "function_call"));
         } else {
             const char *want[] = {"\"content\":\"Sure.\"",
-                                  "\"tool_calls\":[{\"index\":0,\"id\":\"call_X1\",\"type\":"
-                                  "\"function\",\"function\":{\"name\":\"get_weather\","
-                                  "\"arguments\":\"\"}}]",
+                                  ("\"tool_calls\":[{\"index\":0,\"id\":\"call_X1\",\"type\":"
+                                   "\"function\",\"function\":{\"name\":\"get_weather\","
+                                   "\"arguments\":\"\"}}]"),
                                   "\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":",
                                   "\"finish_reason\":\"tool_calls\"", "data: [DONE]"};
             expect_in_order(&b, want, sizeof(want) / sizeof(want[0]));
