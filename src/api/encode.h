@@ -57,10 +57,10 @@ struct api_choice {
     struct buf text;            /* whole content text so far (calls excluded) */
     struct api_toolcall *calls; /* (n_calls) tool calls parsed from the output */
     int n_calls;                /* entries of calls */
-    json_t *logprobs;       /* chat: array of content entries; completions: logprobs object */
-    int n_tokens;           /* tokens generated */
-    enum api_finish finish; /* why it ended */
-    int stop_index;         /* API_FINISH_STOP_SEQ: index into req->stop */
+    json_t *logprobs;           /* chat: array of content entries; completions: logprobs object */
+    int n_tokens;               /* tokens generated */
+    enum api_finish finish;     /* why it ended */
+    int stop_index;             /* API_FINISH_STOP_SEQ: index into req->stop */
 };
 
 struct api_out {
