@@ -291,3 +291,19 @@ test('errors: schema keywords, conflicting constraints, unknown names', { skip: 
     await assert.rejects(anthropic.messages.create({ model: MODEL, max_tokens: 4, tools: msgTools, tool_choice: { type: 'some' },
         messages: user }), (e) => e.status === 400 && /tool_choice/.test(e.message));
 });
+
+// Mistral's marker is a special token: the stream keeps it for the parser
+// when tools are parsed, and drops it (as every special token) otherwise.
+test('mistral: the [TOOL_CALLS] special token reaches the parser, and only then', { skip: !clients.mistral }, async () => {
+    const { openai } = clients.mistral;
+    const tok = await (await fetch(`${urls.mistral}/tokenize`, { method: 'POST',
+        body: JSON.stringify({ prompt: '[TOOL_CALLS]', add_special: false }) })).json();
+    assert.equal(tok.tokens.length, 1);
+    const body = { model: MODEL, messages: user, tools: chatTools, max_tokens: 3, seed: 1,
+        logit_bias: { [tok.tokens[0]]: 100 } };
+    const parsed = await openai.chat.completions.create(body);
+    assert.equal(parsed.choices[0].message.content, '[TOOL_CALLS]'.repeat(3));
+    assert.equal(parsed.choices[0].message.tool_calls, undefined);
+    const plain = await openai.chat.completions.create({ ...body, tool_choice: 'none' });
+    assert.equal(plain.choices[0].message.content, '');
+});
