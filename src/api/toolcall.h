@@ -58,6 +58,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct json_t; /* jansson */
+
 enum toolcall_family {
     TOOLCALL_NONE = 0, /* no known format: tools are rendered, never parsed */
     TOOLCALL_HERMES,   /* <tool_call> JSON </tool_call> */
@@ -149,7 +151,6 @@ struct toolcall_parser {
  * schema piece is labelled "tools[i] 'N'" so a schema the compiler refuses
  * is reported with the tool's name. tools: OpenAI Chat tool definitions.
  * Returns 0, or ERR_INVALID (no format for this family, no such tool). */
-struct json_t;
 int toolcall_grammar(enum toolcall_family fam, const struct json_t *tools, const char *name,
                      struct buf *out, struct err_msg *msg);
 
