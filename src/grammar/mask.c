@@ -84,10 +84,15 @@ static void push_range(struct i32list *l, const struct grammar_vocab *v, int fro
 #define WALKER_MAX_NODES (1 << 22)
 
 struct wstate {
-    int64_t off;  /* first leaf in walker.leaves */
-    int32_t n;    /* leaves */
-    bool accept;  /* returned past the root */
-    bool unknown; /* returned into the unknown context */
+    int64_t off;           /* first leaf in walker.leaves */
+    int32_t n;             /* leaves */
+    bool accept;           /* returned past the root */
+    bool unknown;          /* returned into the unknown context */
+    bool run_mb;           /* every non-ASCII character also leads to run_next */
+    int16_t run_h;         /* characters of a run readable from here; -1 until computed */
+    int32_t run_next;      /* state after one run character; -1 none, -2 until computed */
+    uint64_t alive[4];     /* bytes some leaf reads (any other byte empties the state) */
+    uint64_t run_ascii[2]; /* ASCII bytes that are run characters here */
 };
 
 struct grammar_walker {
@@ -155,7 +160,7 @@ static void shash_insert(struct grammar_walker *w, int id)
 }
 
 /* Id of the state (st's leaves sorted in place). */
-static int intern(struct grammar_walker *w, struct grammar_state *st)
+static int intern(const struct grammar *g, struct grammar_walker *w, struct grammar_state *st)
 {
     if (st->n > 1) qsort(st->leaf, (size_t)st->n, sizeof(int32_t), cmp_i32);
     uint64_t h = state_hash(st->leaf, st->n, st->accept, st->unknown);
@@ -176,7 +181,16 @@ static int intern(struct grammar_walker *w, struct grammar_state *st)
         w->leaves = xrealloc(w->leaves, sizeof(int32_t) * (size_t)w->cap_leaves);
     }
     int id = w->n_states++;
-    w->states[id] = (struct wstate){w->n_leaves, st->n, st->accept, st->unknown};
+    struct wstate *ns = &w->states[id];
+    *ns = (struct wstate){.off = w->n_leaves,
+                          .n = st->n,
+                          .accept = st->accept,
+                          .unknown = st->unknown,
+                          .run_h = -1,
+                          .run_next = -2};
+    for (int i = 0; i < st->n; i++)
+        for (int k = 0; k < 4; k++)
+            ns->alive[k] |= g->sets[g->elems[w->pool.pos[st->leaf[i]]].arg][k];
     if (st->n) memcpy(w->leaves + w->n_leaves, st->leaf, sizeof(int32_t) * (size_t)st->n);
     w->n_leaves += st->n;
     if (2 * w->n_states > w->n_shash) {
@@ -210,12 +224,33 @@ static int step(const struct grammar *g, struct grammar_walker *w, int sid, unsi
     const struct wstate *s = &w->states[sid];
     struct grammar_state in = {.leaf = w->leaves + s->off, .n = s->n, .cap = s->n};
     grammar__advance(g, &w->pool, &in, b, &w->tmp);
-    int next = intern(w, &w->tmp);
-    if (2 * (w->n_trans + 1) > w->n_thash) {
+    int next = intern(g, w, &w->tmp);
+    /* Bytes read by the same leaves lead to the same state: store the
+     * transition for all of them at once (free text has a handful of such
+     * groups, so a new context costs a handful of advances, not ~200). */
+    s = &w->states[sid];
+    int n_group = 0;
+    uint8_t group[256];
+    if (s->n <= 64) {
+        uint64_t sig_b = 0;
+        const int32_t *leaf = w->leaves + s->off;
+        uint64_t sig[256] = {0};
+        for (int j = 0; j < s->n; j++) {
+            const uint64_t *set = g->sets[g->elems[w->pool.pos[leaf[j]]].arg];
+            for (int k = 0; k < 4; k++)
+                for (uint64_t m = set[k]; m; m &= m - 1)
+                    sig[k * 64 + __builtin_ctzll(m)] |= 1ull << j;
+        }
+        sig_b = sig[b];
+        for (unsigned c = 0; c < 256; c++)
+            if (c != b && sig[c] == sig_b) group[n_group++] = (uint8_t)c;
+    }
+    if (2 * (w->n_trans + 1 + n_group) > w->n_thash) {
         int old = w->n_thash;
         uint64_t *ok = w->tkey;
         int32_t *ov = w->tval;
-        w->n_thash *= 2;
+        while (2 * (w->n_trans + 1 + n_group) > w->n_thash)
+            w->n_thash *= 2;
         w->tkey = xcalloc((size_t)w->n_thash, sizeof(uint64_t));
         w->tval = xmalloc(sizeof(int32_t) * (size_t)w->n_thash);
         for (int i = 0; i < old; i++)
@@ -225,7 +260,189 @@ static int step(const struct grammar *g, struct grammar_walker *w, int sid, unsi
     }
     thash_put(w, key, next);
     w->n_trans++;
+    for (int k = 0; k < n_group; k++) {
+        thash_put(w, (uint64_t)sid << 8 | group[k], next);
+        w->n_trans++;
+    }
     return next;
+}
+
+/* ---- runs: whole subtrees of plain text at once ----
+ *
+ * Inside free text (a JSON string, a bounded string's n-th character) most
+ * of the vocabulary is accepted, and a walk that visits every trie node pays
+ * ~160K steps per context. A run skips that: for a walker state s, its *run
+ * characters* are a set C(s) of characters (a set of ASCII bytes, plus
+ * optionally every non-ASCII character) that all lead, through states with
+ * live stacks, to one state next(s) that has live stacks itself; its *run
+ * height* h(s) is how many such characters in a row are certainly alive:
+ *
+ *   h(s) = 0                          no run characters, or next(s) is empty
+ *   h(s) = 1 + h(t), t = next(s)      when C(t) contains C(s)
+ *   h(s) = 1                          otherwise
+ *
+ * (capped at the longest token; a cycle of states means any length). By
+ * induction every string of at most h(s) characters of C(s) - the last one
+ * possibly cut short - leaves some stack alive after each byte. So at a trie
+ * node whose path ends a character, with state s, if everything below is
+ * well-formed UTF-8 over C(s) and starts at most h(s) characters (the
+ * vocabulary's per-node summary, vocab.c), every token in the subtree is
+ * accepted: one range push instead of a walk. Run characters are found from
+ * the leaves' byte sets: bytes that the same leaves read give the same
+ * successor, so the ASCII run is the largest group of ASCII bytes read by the
+ * same leaves, and each UTF-8 sequence class (Unicode table 3-7) is checked
+ * by stepping one representative through ranges every leaf reads wholly or
+ * not at all. Profiles are memoized per state, so the n-th character of a
+ * bounded string and the (n+1)-th share them. */
+
+#define RUN_MAX_LEAVES 64 /* states with more leaves get no run */
+#define RUN_MIN_NODES  8  /* smaller subtrees are walked: cheaper than a profile */
+
+static const uint8_t utf8_class[8][4][2] = {
+    {{0xC2, 0xDF}, {0x80, 0xBF}},
+    {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}},
+    {{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}},
+    {{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
+};
+static const int utf8_class_len[8] = {2, 3, 3, 3, 3, 4, 4, 4};
+
+/* Every leaf of state sid reads all of [lo, hi] or none of it, and some leaf
+ * reads it. */
+static bool range_uniform(const struct grammar *g, const struct grammar_walker *w, int sid,
+                          unsigned lo, unsigned hi)
+{
+    const struct wstate *s = &w->states[sid];
+    bool any = false;
+    for (int j = 0; j < s->n; j++) {
+        const uint64_t *set = g->sets[g->elems[w->pool.pos[w->leaves[s->off + j]]].arg];
+        bool first = grammar__set_has(set, lo);
+        for (unsigned b = lo + 1; b <= hi; b++)
+            if (grammar__set_has(set, b) != first) return false;
+        any |= first;
+    }
+    return any;
+}
+
+/* Fills run_next, run_ascii and run_mb of state sid (once). */
+static void run_profile(const struct grammar *g, struct grammar_walker *w, int sid)
+{
+    struct wstate *s = &w->states[sid];
+    if (s->run_next != -2) return;
+    s->run_next = -1;
+    if (s->n == 0 || s->n > RUN_MAX_LEAVES) return;
+    /* Group ASCII bytes by the leaves that read them. */
+    uint64_t sig[128] = {0};
+    for (int j = 0; j < s->n; j++) {
+        const uint64_t *set = g->sets[g->elems[w->pool.pos[w->leaves[s->off + j]]].arg];
+        for (unsigned b = 0; b < 128; b++)
+            if (grammar__set_has(set, b)) sig[b] |= 1ull << j;
+    }
+    int best = -1, best_n = 0;
+    for (unsigned b = 0; b < 128; b++) {
+        if (!sig[b]) continue;
+        int cnt = 0;
+        for (unsigned c = 0; c < 128; c++)
+            cnt += sig[c] == sig[b];
+        if (cnt > best_n) best = (int)b, best_n = cnt;
+    }
+    if (best < 0) return;
+    uint64_t ascii[2] = {0, 0};
+    for (unsigned b = 0; b < 128; b++)
+        if (sig[b] == sig[best]) ascii[b >> 6] |= 1ull << (b & 63);
+    int t = step(g, w, sid, (unsigned)best); /* may move w->states */
+    if (w->states[t].n == 0) return;
+    bool mb = true;
+    for (int c = 0; c < 8 && mb; c++) {
+        int cur = sid;
+        for (int k = 0; k < utf8_class_len[c] && mb; k++) {
+            unsigned lo = utf8_class[c][k][0], hi = utf8_class[c][k][1];
+            if (!range_uniform(g, w, cur, lo, hi)) {
+                mb = false;
+                break;
+            }
+            cur = step(g, w, cur, lo);
+            if (w->states[cur].n == 0) mb = false;
+        }
+        if (mb && cur != t) mb = false;
+    }
+    s = &w->states[sid];
+    s->run_next = t;
+    s->run_ascii[0] = ascii[0];
+    s->run_ascii[1] = ascii[1];
+    s->run_mb = mb;
+}
+
+static bool run_covers(const struct wstate *outer, const struct wstate *inner)
+{
+    return (outer->run_ascii[0] & inner->run_ascii[0]) == inner->run_ascii[0] &&
+           (outer->run_ascii[1] & inner->run_ascii[1]) == inner->run_ascii[1] &&
+           (outer->run_mb || !inner->run_mb);
+}
+
+/* h(sid) (see above), computed along the chain of next states. */
+static int run_height(const struct grammar *g, struct grammar_walker *w, int sid, int cap)
+{
+    int chain_small[64], *chain = chain_small, n_chain = 0, cap_chain = 64;
+    int cur = sid, val;
+    for (;;) {
+        run_profile(g, w, cur);
+        struct wstate *c = &w->states[cur];
+        if (c->run_h >= 0) {
+            val = c->run_h;
+            break;
+        }
+        if (c->run_next < 0) {
+            c->run_h = 0;
+            val = 0;
+            break;
+        }
+        bool cycle = false;
+        for (int j = 0; j < n_chain && !cycle; j++)
+            cycle = chain[j] == cur;
+        if (cycle || n_chain >= cap) {
+            /* A cycle of states whose run characters contain each other's
+             * reads runs of any length; a chain longer than the cap is
+             * longer than any token. */
+            val = cap;
+            break;
+        }
+        if (n_chain == cap_chain) {
+            cap_chain *= 2;
+            int *grown = xmalloc(sizeof(int) * (size_t)cap_chain);
+            memcpy(grown, chain, sizeof(int) * (size_t)n_chain);
+            if (chain != chain_small) free(chain);
+            chain = grown;
+        }
+        chain[n_chain++] = cur;
+        int t = c->run_next;
+        run_profile(g, w, t);
+        if (w->states[t].run_next < 0 || !run_covers(&w->states[t], &w->states[cur])) {
+            val = 0;
+            break;
+        }
+        cur = t;
+    }
+    for (int j = n_chain - 1; j >= 0; j--) {
+        val = MIN(cap, val + 1);
+        w->states[chain[j]].run_h = (int16_t)val;
+    }
+    if (chain != chain_small) free(chain);
+    return w->states[sid].run_h;
+}
+
+/* Every token below trie node i (and at it) is accepted from state sid. */
+static bool run_accepts(const struct grammar *g, struct grammar_walker *w,
+                        const struct grammar_vocab *v, int sid, int i)
+{
+    if (v->tn_run[i] < 0 || v->tn_end[i] - i < RUN_MIN_NODES) return false;
+    int h = run_height(g, w, sid, MIN(v->max_depth, INT16_MAX));
+    const struct wstate *s = &w->states[sid];
+    return h >= v->tn_run[i] && (v->tn_sub_ascii[i][0] & ~s->run_ascii[0]) == 0 &&
+           (v->tn_sub_ascii[i][1] & ~s->run_ascii[1]) == 0 && (s->run_mb || !v->tn_sub_mb[i]);
 }
 
 static struct grammar_posmask *compute(struct grammar *g, const struct grammar_vocab *v,
@@ -250,18 +467,30 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
     struct grammar_state st0 = {0};
     grammar__state_reserve(&st0, 1);
     st0.leaf[st0.n++] = grammar__node(&w->pool, key[0], parent);
-    sd[0] = intern(w, &st0);
+    sd[0] = intern(g, w, &st0);
     free(st0.leaf);
     for (int i = 1; i < v->n_nodes;) {
         int d = v->tn_depth[i];
         unsigned b = v->tn_byte[i];
         const struct wstate *in = &w->states[sd[d - 1]];
         bool u = unc[d - 1] || (in->unknown && grammar__set_has(follow, b));
+        int t0 = v->tn_first[i], nt = v->tn_ntok[i];
+        if (!grammar__set_has(in->alive, b)) {
+            /* No leaf reads b: the state after it is empty (no stack, no
+             * return), so the subtree is rejected or uncertain as a whole. */
+            if (u) push_range(&un, v, t0, v->tn_last[i]);
+            i = v->tn_end[i];
+            continue;
+        }
         int o_id = step(g, w, sd[d - 1], b);
         sd[d] = o_id;
+        if (w->states[o_id].n > 0 && run_accepts(g, w, v, o_id, i)) {
+            push_range(&acc, v, t0, v->tn_last[i]);
+            i = v->tn_end[i];
+            continue;
+        }
         const struct wstate *o = &w->states[o_id];
         unc[d] = u;
-        int t0 = v->tn_first[i], nt = v->tn_ntok[i];
         if (o->n > 0 || o->unknown || o->accept)
             push_range(&acc, v, t0, t0 + nt);
         else if (u)
