@@ -38,6 +38,7 @@ static void grammar_usage(void)
             "       inferd grammar gen -m MODEL GRAMMAR [--count N] [-n MAX_TOKENS] [--seed S]\n"
             "                          [--temp T] [--threads N]\n"
             "       inferd grammar bench -m MODEL GRAMMAR [--walks N] [--steps N] [--json]\n"
+            "                            [--verify]\n"
             "GRAMMAR: --ebnf FILE | --regex RE | --json-schema FILE | --json-object\n");
 }
 
@@ -63,7 +64,7 @@ struct gopts {
     const char *model;      /* -m */
     long count, max_tokens, seed, threads, walks, steps;
     double temp;
-    bool dump, json;
+    bool dump, json, verify;
 };
 
 static int parse(int argc, char **argv, struct gopts *o)
@@ -80,6 +81,10 @@ static int parse(int argc, char **argv, struct gopts *o)
         }
         if (!strcmp(a, "--json")) {
             o->json = true;
+            continue;
+        }
+        if (!strcmp(a, "--verify")) {
+            o->verify = true;
             continue;
         }
         if (!(val = arg_value(argc, argv, &i))) return -1;
@@ -316,7 +321,7 @@ static uint64_t splitmix(uint64_t *x)
 /* Random walks: each step fills a mask (timed) and takes a random allowed
  * token. Returns the number of masks timed into t. */
 static long walks(struct grammar *g, struct grammar_vocab *v, long n_walks, long n_steps,
-                  uint64_t seed, double *t, long *n_done)
+                  uint64_t seed, bool verify, double *t, long *n_done)
 {
     int n_vocab = grammar_vocab_n(v);
     uint64_t *mask = xmalloc(sizeof(uint64_t) * (size_t)((n_vocab + 63) / 64));
@@ -329,6 +334,17 @@ static long walks(struct grammar *g, struct grammar_vocab *v, long n_walks, long
             double t0 = cpu_now_s();
             int cnt = grammar_matcher_fill_mask(m, mask);
             t[n++] = cpu_now_s() - t0;
+            /* --verify: every token against a byte walk from the state */
+            for (int i = 0; verify && i < n_vocab; i++) {
+                bool in_mask = (mask[i >> 6] >> (i & 63)) & 1;
+                if (in_mask != grammar_matcher_allows(m, i)) {
+                    uint32_t len;
+                    const char *b = grammar_vocab_bytes(v, i, &len);
+                    fprintf(stderr, "inferd: grammar bench: mask %s token %d '%.*s' at step %ld\n",
+                            in_mask ? "allows rejected" : "forbids accepted", i, (int)len, b, s);
+                    exit(1);
+                }
+            }
             if (cnt == 0) break;
             int k = 0;
             for (int i = 0; i < n_vocab; i++)
@@ -377,9 +393,9 @@ static int bench(struct gopts *o)
     /* cold: tables are computed as contexts first appear; warm: the same
      * walks again (every table cached) */
     double t0 = time_now_s(), c0 = cpu_now_s();
-    long nc = walks(g, v, n_walks, n_steps, 1, tc, &done_c);
+    long nc = walks(g, v, n_walks, n_steps, 1, o->verify, tc, &done_c);
     double t1 = time_now_s(), c1 = cpu_now_s();
-    long nw = walks(g, v, n_walks, n_steps, 1, tw, &done_w);
+    long nw = walks(g, v, n_walks, n_steps, 1, false, tw, &done_w);
     struct stat_out sc, sw;
     summarize(tc, nc, &sc);
     summarize(tw, nw, &sw);

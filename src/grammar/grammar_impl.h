@@ -251,8 +251,10 @@ struct grammar_vocab {
                            ends a whole character and everything below is well-formed UTF-8; else -1 */
     uint64_t (*tn_sub_ascii)[2]; /* (n_nodes) ASCII bytes occurring strictly below */
     uint8_t *tn_sub_mb;          /* (n_nodes) a non-ASCII byte occurs strictly below */
-    int n_nodes;                 /* trie nodes incl. root */
-    int max_depth;               /* longest token */
+    int32_t *tn_starts;  /* (n_nodes) characters started on the path (non-continuation bytes) */
+    int32_t *ord_starts; /* (n_order) the same for each token of order */
+    int n_nodes;         /* trie nodes incl. root */
+    int max_depth;       /* longest token */
 };
 
 struct grammar_vocab *grammar__vocab_build(int n_vocab, char *bytes, uint64_t *off, uint8_t *cls,

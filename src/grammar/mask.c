@@ -91,6 +91,12 @@ struct wstate {
     bool run_mb;           /* every non-ASCII character also leads to run_next */
     int16_t run_h;         /* characters of a run readable from here; -1 until computed */
     int32_t run_next;      /* state after one run character; -1 none, -2 until computed */
+    int32_t row;           /* byte-group row in walker.cls, -1 until first stepped */
+    int32_t succ_off;      /* first of its groups in walker.succ */
+    int32_t run_end;       /* state after run_h characters, when every state of the run is
+                              inside the key (none returned below it); else -1 */
+    bool run_quiet;        /* this state and the middles of its multi-byte run characters
+                              returned nothing below the key */
     uint64_t alive[4];     /* bytes some leaf reads (any other byte empties the state) */
     uint64_t run_ascii[2]; /* ASCII bytes that are run characters here */
 };
@@ -103,10 +109,11 @@ struct grammar_walker {
     int n_states, cap_states;
     int32_t *shash;           /* (n_shash) state id + 1 by hash, 0 empty */
     int n_shash;              /* power of two */
-    uint64_t *tkey;           /* (n_thash) transition key (state << 8 | byte) + 1, 0 empty */
-    int32_t *tval;            /* (n_thash) next state */
-    int n_thash;              /* power of two */
-    int n_trans;              /* transitions stored */
+    uint8_t *cls;             /* (n_rows, 256) byte -> group of a stepped state */
+    int64_t n_rows, cap_rows; /* rows used / allocated */
+    int32_t *succ;            /* (n_succ) next state of each group, -1 until computed */
+    int64_t n_succ, cap_succ; /* entries used / allocated */
+    int n_trans;              /* transitions computed (advances) */
     struct grammar_state tmp; /* advance output scratch */
 };
 
@@ -117,8 +124,8 @@ void grammar__walker_free(struct grammar_walker *w)
     free(w->leaves);
     free(w->states);
     free(w->shash);
-    free(w->tkey);
-    free(w->tval);
+    free(w->cls);
+    free(w->succ);
     free(w->tmp.leaf);
     free(w);
 }
@@ -129,9 +136,6 @@ static struct grammar_walker *walker_new(void)
     grammar__pool_init(&w->pool);
     w->n_shash = 1024;
     w->shash = xcalloc((size_t)w->n_shash, sizeof(int32_t));
-    w->n_thash = 4096;
-    w->tkey = xcalloc((size_t)w->n_thash, sizeof(uint64_t));
-    w->tval = xmalloc(sizeof(int32_t) * (size_t)w->n_thash);
     return w;
 }
 
@@ -187,7 +191,9 @@ static int intern(const struct grammar *g, struct grammar_walker *w, struct gram
                           .accept = st->accept,
                           .unknown = st->unknown,
                           .run_h = -1,
-                          .run_next = -2};
+                          .run_next = -2,
+                          .row = -1,
+                          .run_end = -1};
     for (int i = 0; i < st->n; i++)
         for (int k = 0; k < 4; k++)
             ns->alive[k] |= g->sets[g->elems[w->pool.pos[st->leaf[i]]].arg][k];
@@ -205,65 +211,62 @@ static int intern(const struct grammar *g, struct grammar_walker *w, struct gram
     return id;
 }
 
-static void thash_put(struct grammar_walker *w, uint64_t key, int32_t val)
+/* Gives state sid its byte-group row: bytes read by the same leaves lead
+ * to the same state, so a state has as many distinct transitions as groups
+ * (a handful in free text) and each is computed once. */
+static void make_row(const struct grammar *g, struct grammar_walker *w, int sid)
 {
-    size_t k = (key * 0x9E3779B97F4A7C15ull >> 20) & (size_t)(w->n_thash - 1);
-    while (w->tkey[k])
-        k = (k + 1) & (size_t)(w->n_thash - 1);
-    w->tkey[k] = key + 1;
-    w->tval[k] = val;
-}
-
-/* The state after reading byte b in state sid. */
-static int step(const struct grammar *g, struct grammar_walker *w, int sid, unsigned b)
-{
-    uint64_t key = (uint64_t)sid << 8 | b;
-    for (size_t k = (key * 0x9E3779B97F4A7C15ull >> 20) & (size_t)(w->n_thash - 1); w->tkey[k];
-         k = (k + 1) & (size_t)(w->n_thash - 1))
-        if (w->tkey[k] == key + 1) return w->tval[k];
     const struct wstate *s = &w->states[sid];
-    struct grammar_state in = {.leaf = w->leaves + s->off, .n = s->n, .cap = s->n};
-    grammar__advance(g, &w->pool, &in, b, &w->tmp);
-    int next = intern(g, w, &w->tmp);
-    /* Bytes read by the same leaves lead to the same state: store the
-     * transition for all of them at once (free text has a handful of such
-     * groups, so a new context costs a handful of advances, not ~200). */
-    s = &w->states[sid];
-    int n_group = 0;
-    uint8_t group[256];
+    if (w->n_rows == w->cap_rows) {
+        w->cap_rows = w->cap_rows ? 2 * w->cap_rows : 256;
+        w->cls = xrealloc(w->cls, (size_t)w->cap_rows * 256);
+    }
+    uint8_t *row = w->cls + w->n_rows * 256;
+    int n_groups = 0;
     if (s->n <= 64) {
-        uint64_t sig_b = 0;
+        uint64_t sig[256] = {0}, seen[256];
         const int32_t *leaf = w->leaves + s->off;
-        uint64_t sig[256] = {0};
         for (int j = 0; j < s->n; j++) {
             const uint64_t *set = g->sets[g->elems[w->pool.pos[leaf[j]]].arg];
             for (int k = 0; k < 4; k++)
                 for (uint64_t m = set[k]; m; m &= m - 1)
                     sig[k * 64 + __builtin_ctzll(m)] |= 1ull << j;
         }
-        sig_b = sig[b];
-        for (unsigned c = 0; c < 256; c++)
-            if (c != b && sig[c] == sig_b) group[n_group++] = (uint8_t)c;
+        for (int c = 0; c < 256; c++) {
+            int k = 0;
+            while (k < n_groups && seen[k] != sig[c])
+                k++;
+            if (k == n_groups) seen[n_groups++] = sig[c];
+            row[c] = (uint8_t)k;
+        }
+    } else {
+        for (int c = 0; c < 256; c++)
+            row[c] = (uint8_t)c;
+        n_groups = 256;
     }
-    if (2 * (w->n_trans + 1 + n_group) > w->n_thash) {
-        int old = w->n_thash;
-        uint64_t *ok = w->tkey;
-        int32_t *ov = w->tval;
-        while (2 * (w->n_trans + 1 + n_group) > w->n_thash)
-            w->n_thash *= 2;
-        w->tkey = xcalloc((size_t)w->n_thash, sizeof(uint64_t));
-        w->tval = xmalloc(sizeof(int32_t) * (size_t)w->n_thash);
-        for (int i = 0; i < old; i++)
-            if (ok[i]) thash_put(w, ok[i] - 1, ov[i]);
-        free(ok);
-        free(ov);
+    if (w->n_succ + n_groups > w->cap_succ) {
+        w->cap_succ = MAX(2 * w->cap_succ, w->n_succ + n_groups + 1024);
+        w->succ = xrealloc(w->succ, sizeof(int32_t) * (size_t)w->cap_succ);
     }
-    thash_put(w, key, next);
+    for (int k = 0; k < n_groups; k++)
+        w->succ[w->n_succ + k] = -1;
+    w->states[sid].row = (int32_t)w->n_rows++;
+    w->states[sid].succ_off = (int32_t)w->n_succ;
+    w->n_succ += n_groups;
+}
+
+/* The state after reading byte b in state sid. */
+static int step(const struct grammar *g, struct grammar_walker *w, int sid, unsigned b)
+{
+    if (w->states[sid].row < 0) make_row(g, w, sid);
+    const struct wstate *s = &w->states[sid];
+    int64_t at = s->succ_off + w->cls[(int64_t)s->row * 256 + b];
+    if (w->succ[at] >= 0) return w->succ[at];
+    struct grammar_state in = {.leaf = w->leaves + s->off, .n = s->n, .cap = s->n};
+    grammar__advance(g, &w->pool, &in, b, &w->tmp);
+    int next = intern(g, w, &w->tmp);
+    w->succ[at] = next;
     w->n_trans++;
-    for (int k = 0; k < n_group; k++) {
-        thash_put(w, (uint64_t)sid << 8 | group[k], next);
-        w->n_trans++;
-    }
     return next;
 }
 
@@ -355,7 +358,7 @@ static void run_profile(const struct grammar *g, struct grammar_walker *w, int s
         if (sig[b] == sig[best]) ascii[b >> 6] |= 1ull << (b & 63);
     int t = step(g, w, sid, (unsigned)best); /* may move w->states */
     if (w->states[t].n == 0) return;
-    bool mb = true;
+    bool mb = true, quiet = !w->states[sid].unknown;
     for (int c = 0; c < 8 && mb; c++) {
         int cur = sid;
         for (int k = 0; k < utf8_class_len[c] && mb; k++) {
@@ -366,6 +369,7 @@ static void run_profile(const struct grammar *g, struct grammar_walker *w, int s
             }
             cur = step(g, w, cur, lo);
             if (w->states[cur].n == 0) mb = false;
+            quiet &= !w->states[cur].unknown;
         }
         if (mb && cur != t) mb = false;
     }
@@ -374,6 +378,7 @@ static void run_profile(const struct grammar *g, struct grammar_walker *w, int s
     s->run_ascii[0] = ascii[0];
     s->run_ascii[1] = ascii[1];
     s->run_mb = mb;
+    s->run_quiet = quiet;
 }
 
 static bool run_covers(const struct wstate *outer, const struct wstate *inner)
@@ -383,21 +388,25 @@ static bool run_covers(const struct wstate *outer, const struct wstate *inner)
            (outer->run_mb || !inner->run_mb);
 }
 
-/* h(sid) (see above), computed along the chain of next states. */
+/* h(sid) (see above), computed along the chain of next states; also the
+ * state the chain ends in (run_end). */
 static int run_height(const struct grammar *g, struct grammar_walker *w, int sid, int cap)
 {
     int chain_small[64], *chain = chain_small, n_chain = 0, cap_chain = 64;
-    int cur = sid, val;
+    int cur = sid, val, end;
     for (;;) {
         run_profile(g, w, cur);
         struct wstate *c = &w->states[cur];
         if (c->run_h >= 0) {
             val = c->run_h;
+            end = c->run_end;
             break;
         }
         if (c->run_next < 0) {
             c->run_h = 0;
+            c->run_end = c->unknown ? -1 : cur;
             val = 0;
+            end = c->run_end;
             break;
         }
         bool cycle = false;
@@ -408,6 +417,7 @@ static int run_height(const struct grammar *g, struct grammar_walker *w, int sid
              * reads runs of any length; a chain longer than the cap is
              * longer than any token. */
             val = cap;
+            end = -1;
             break;
         }
         if (n_chain == cap_chain) {
@@ -421,28 +431,53 @@ static int run_height(const struct grammar *g, struct grammar_walker *w, int sid
         int t = c->run_next;
         run_profile(g, w, t);
         if (w->states[t].run_next < 0 || !run_covers(&w->states[t], &w->states[cur])) {
+            /* The run stops at t (what t reads is checked by the caller). */
             val = 0;
+            end = w->states[t].unknown ? -1 : t;
             break;
         }
         cur = t;
     }
     for (int j = n_chain - 1; j >= 0; j--) {
+        struct wstate *c = &w->states[chain[j]];
         val = MIN(cap, val + 1);
-        w->states[chain[j]].run_h = (int16_t)val;
+        if (!c->run_quiet) end = -1;
+        c->run_h = (int16_t)val;
+        c->run_end = end;
     }
     if (chain != chain_small) free(chain);
     return w->states[sid].run_h;
 }
 
-/* Every token below trie node i (and at it) is accepted from state sid. */
-static bool run_accepts(const struct grammar *g, struct grammar_walker *w,
-                        const struct grammar_vocab *v, int sid, int i)
+enum run_verdict {
+    RUN_NONE, /* walk the subtree */
+    RUN_ALL,  /* every token below is accepted */
+    RUN_UPTO, /* tokens starting at most *h characters below are accepted, the rest rejected */
+};
+
+/* What a run from state sid says about the tokens below trie node i (and at
+ * it). u: a stack already returned below the key on the way to i (rejected
+ * tokens would be uncertain, so only RUN_ALL applies). */
+static enum run_verdict run_verdict(const struct grammar *g, struct grammar_walker *w,
+                                    const struct grammar_vocab *v, int sid, int i, bool u, int *h)
 {
-    if (v->tn_run[i] < 0 || v->tn_end[i] - i < RUN_MIN_NODES) return false;
-    int h = run_height(g, w, sid, MIN(v->max_depth, INT16_MAX));
+    if (v->tn_run[i] < 0 || v->tn_end[i] - i < RUN_MIN_NODES) return RUN_NONE;
+    *h = run_height(g, w, sid, MIN(v->max_depth, INT16_MAX));
     const struct wstate *s = &w->states[sid];
-    return h >= v->tn_run[i] && (v->tn_sub_ascii[i][0] & ~s->run_ascii[0]) == 0 &&
-           (v->tn_sub_ascii[i][1] & ~s->run_ascii[1]) == 0 && (s->run_mb || !v->tn_sub_mb[i]);
+    const uint64_t *sub = v->tn_sub_ascii[i];
+    if ((sub[0] & ~s->run_ascii[0]) || (sub[1] & ~s->run_ascii[1]) ||
+        (v->tn_sub_mb[i] && !s->run_mb))
+        return RUN_NONE;
+    if (*h >= v->tn_run[i]) return RUN_ALL;
+    if (u || s->run_end < 0) return RUN_NONE;
+    /* After h characters the run ends in state e; a longer token dies on the
+     * first byte of its next character if e reads none of those bytes. */
+    const uint64_t *alive = w->states[s->run_end].alive;
+    if ((alive[0] & sub[0]) || (alive[1] & sub[1])) return RUN_NONE;
+    if (v->tn_sub_mb[i]) /* lead bytes C2-F4 */
+        for (unsigned b = 0xC2; b <= 0xF4; b++)
+            if (grammar__set_has(alive, b)) return RUN_NONE;
+    return RUN_UPTO;
 }
 
 static struct grammar_posmask *compute(struct grammar *g, const struct grammar_vocab *v,
@@ -484,10 +519,19 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
         }
         int o_id = step(g, w, sd[d - 1], b);
         sd[d] = o_id;
-        if (w->states[o_id].n > 0 && run_accepts(g, w, v, o_id, i)) {
-            push_range(&acc, v, t0, v->tn_last[i]);
-            i = v->tn_end[i];
-            continue;
+        if (w->states[o_id].n > 0) {
+            int h = 0;
+            enum run_verdict rv = run_verdict(g, w, v, o_id, i, u, &h);
+            if (rv == RUN_ALL) push_range(&acc, v, t0, v->tn_last[i]);
+            if (rv == RUN_UPTO) {
+                int most = v->tn_starts[i] + h;
+                for (int k = t0; k < v->tn_last[i]; k++)
+                    if (v->ord_starts[k] <= most) list_push(&acc, v->order[k]);
+            }
+            if (rv != RUN_NONE) {
+                i = v->tn_end[i];
+                continue;
+            }
         }
         const struct wstate *o = &w->states[o_id];
         unc[d] = u;

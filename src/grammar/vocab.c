@@ -106,7 +106,7 @@ static void build_runs(struct grammar_vocab *v)
 {
     int n = v->n_nodes;
     uint8_t *u8 = xmalloc((size_t)n);
-    int32_t *starts = xmalloc(sizeof(int32_t) * (size_t)n);     /* characters started on the path */
+    int32_t *starts = v->tn_starts = xmalloc(sizeof(int32_t) * (size_t)n);
     int32_t *max_starts = xmalloc(sizeof(int32_t) * (size_t)n); /* most in the subtree */
     uint8_t *bad = xcalloc((size_t)n, 1); /* some node strictly below is ill-formed */
     v->tn_run = xmalloc(sizeof(int32_t) * (size_t)n);
@@ -134,8 +134,11 @@ static void build_runs(struct grammar_vocab *v)
     }
     for (int i = 0; i < n; i++)
         v->tn_run[i] = u8[i] == U8_BOUNDARY && !bad[i] ? max_starts[i] - starts[i] : -1;
+    v->ord_starts = xmalloc(sizeof(int32_t) * (size_t)(v->n_order ? v->n_order : 1));
+    for (int i = 0; i < n; i++)
+        for (int k = v->tn_first[i]; k < v->tn_first[i] + v->tn_ntok[i]; k++)
+            v->ord_starts[k] = starts[i];
     free(u8);
-    free(starts);
     free(max_starts);
     free(bad);
 }
@@ -253,6 +256,8 @@ void grammar_vocab_free(struct grammar_vocab *v)
     free(v->tn_run);
     free(v->tn_sub_ascii);
     free(v->tn_sub_mb);
+    free(v->tn_starts);
+    free(v->ord_starts);
     free(v);
 }
 
