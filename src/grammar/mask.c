@@ -64,6 +64,14 @@ static void list_push(struct i32list *l, int32_t x)
     l->a[l->n++] = x;
 }
 
+/* Sets the bits of the tokens order[from, to); returns how many. */
+static int set_range(uint64_t *bits, const struct grammar_vocab *v, int from, int to)
+{
+    for (int k = from; k < to; k++)
+        bits[v->order[k] >> 6] |= 1ull << (v->order[k] & 63);
+    return to - from;
+}
+
 static void push_range(struct i32list *l, const struct grammar_vocab *v, int from, int to)
 {
     for (int k = from; k < to; k++)
@@ -492,7 +500,9 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
     int D = v->max_depth + 1;
     int *sd = xmalloc(sizeof(int) * (size_t)D);
     bool *unc = xcalloc((size_t)D, 1);
-    struct i32list acc = {0}, un = {0};
+    struct i32list un = {0};
+    int words = (v->n_vocab + 63) / 64, n_acc = 0;
+    uint64_t *acc = xcalloc((size_t)words, 8); /* accepted tokens, straight into a bitmap */
     /* Returning below the key means the deepest frame's rule finished. */
     const uint64_t *follow = g->follow[g->rule_of[key[n_key - 1]]];
 
@@ -522,11 +532,14 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
         if (w->states[o_id].n > 0) {
             int h = 0;
             enum run_verdict rv = run_verdict(g, w, v, o_id, i, u, &h);
-            if (rv == RUN_ALL) push_range(&acc, v, t0, v->tn_last[i]);
+            if (rv == RUN_ALL) n_acc += set_range(acc, v, t0, v->tn_last[i]);
             if (rv == RUN_UPTO) {
                 int most = v->tn_starts[i] + h;
                 for (int k = t0; k < v->tn_last[i]; k++)
-                    if (v->ord_starts[k] <= most) list_push(&acc, v->order[k]);
+                    if (v->ord_starts[k] <= most) {
+                        acc[v->order[k] >> 6] |= 1ull << (v->order[k] & 63);
+                        n_acc++;
+                    }
             }
             if (rv != RUN_NONE) {
                 i = v->tn_end[i];
@@ -536,7 +549,7 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
         const struct wstate *o = &w->states[o_id];
         unc[d] = u;
         if (o->n > 0 || o->unknown || o->accept)
-            push_range(&acc, v, t0, t0 + nt);
+            n_acc += set_range(acc, v, t0, t0 + nt);
         else if (u)
             push_range(&un, v, t0, t0 + nt);
         if (o->n == 0 && !o->unknown) {
@@ -551,19 +564,19 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
         i++;
     }
     struct grammar_posmask *pm = xcalloc(1, sizeof(*pm));
-    int words = (v->n_vocab + 63) / 64;
-    pm->n_accept = acc.n;
-    if ((size_t)acc.n * 4 < (size_t)words * 8) {
-        pm->accept_list = acc.a;
-        acc.a = NULL;
+    pm->n_accept = n_acc;
+    if ((size_t)n_acc * 4 < (size_t)words * 8) {
+        /* Few tokens: a list ORs faster than a bitmap. */
+        pm->accept_list = xmalloc(sizeof(int32_t) * (size_t)(n_acc ? n_acc : 1));
+        int k = 0;
+        for (int wd = 0; wd < words; wd++)
+            for (uint64_t m = acc[wd]; m; m &= m - 1)
+                pm->accept_list[k++] = wd * 64 + __builtin_ctzll(m);
+        CHECK(k == n_acc);
+        free(acc);
     } else {
-        pm->accept = xcalloc((size_t)words, 8);
-        for (int k = 0; k < acc.n; k++)
-            pm->accept[acc.a[k] >> 6] |= 1ull << (acc.a[k] & 63);
+        pm->accept = acc;
     }
-    pm->uncertain = un.a;
-    pm->n_uncertain = un.n;
-    free(acc.a);
     free(sd);
     free(unc);
     return pm;
