@@ -194,8 +194,8 @@ TEST(bad_grammar_fails_at_submit)
     inferd_engine *e = engine();
     uint64_t id;
     char err[512] = {0};
-    int rc =
-        submit(e, INFERD_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"not\":{}}", 1, 10, &id, err);
+    int rc = submit(e, INFERD_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"not\":{\"enum\":[1]}}",
+                    1, 10, &id, err);
     EXPECT(rc != 0);
     EXPECT(strstr(err, "#/not") != NULL);
     rc = submit(e, INFERD_GRAMMAR_EBNF, "root ::= (", 1, 10, &id, err);
