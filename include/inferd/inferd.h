@@ -85,6 +85,8 @@ struct inferd_engine_config {
     enum inferd_kv_type kv_type; /* KV element type */
     bool no_prefix_cache;        /* true: never reuse KV across requests */
     bool kv_events;              /* true: record block stored/evicted events (drain them!) */
+    bool grammar_inline;         /* true: fill grammar masks after the forward on the calling thread
+                                    (default: on a helper thread while the forward runs; same output) */
 };
 
 void inferd_engine_config_default(struct inferd_engine_config *cfg);
