@@ -11,7 +11,10 @@
  * `gen` runs the real engine (inferd_submit with a grammar; many requests in
  * one batch) and prints each output's text decoded from the grammar
  * vocabulary's token bytes; the random-model test suite feeds these lines to
- * a JSON Schema validator. `bench` drives a matcher directly over the model's
+ * a JSON Schema validator. It also prints the decode rate (tokens per second
+ * of decode-only steps) to stderr; --unconstrained runs the same requests
+ * without the grammar and --inline-masks without the mask overlap, for
+ * comparison (docs/benchmarks.md). `bench` drives a matcher directly over the model's
  * vocabulary: random walks through the grammar, timing every mask; it reports
  * cold figures (mask tables computed as their contexts first appear) and warm
  * ones (the same walks again, every table cached).
@@ -33,13 +36,14 @@
 
 static void grammar_usage(void)
 {
-    fprintf(stderr,
-            "usage: inferd grammar check GRAMMAR [--dump]\n"
-            "       inferd grammar gen -m MODEL GRAMMAR [--count N] [-n MAX_TOKENS] [--seed S]\n"
-            "                          [--temp T] [--threads N]\n"
-            "       inferd grammar bench -m MODEL GRAMMAR [--walks N] [--steps N] [--json]\n"
-            "                            [--verify]\n"
-            "GRAMMAR: --ebnf FILE | --regex RE | --json-schema FILE | --json-object\n");
+    fprintf(
+        stderr,
+        "usage: inferd grammar check GRAMMAR [--dump]\n"
+        "       inferd grammar gen -m MODEL GRAMMAR [--count N] [-n MAX_TOKENS] [--seed S]\n"
+        "                          [--temp T] [--threads N] [--inline-masks] [--unconstrained]\n"
+        "       inferd grammar bench -m MODEL GRAMMAR [--walks N] [--steps N] [--json]\n"
+        "                            [--verify]\n"
+        "GRAMMAR: --ebnf FILE | --regex RE | --json-schema FILE | --json-object\n");
 }
 
 static char *read_file(const char *path, size_t *len)
@@ -65,6 +69,8 @@ struct gopts {
     long count, max_tokens, seed, threads, walks, steps;
     double temp;
     bool dump, json, verify;
+    bool inline_masks;  /* gen: masks after the forward (engine grammar_inline) */
+    bool unconstrained; /* gen: the same requests without the grammar (a baseline) */
 };
 
 static int parse(int argc, char **argv, struct gopts *o)
@@ -85,6 +91,14 @@ static int parse(int argc, char **argv, struct gopts *o)
         }
         if (!strcmp(a, "--verify")) {
             o->verify = true;
+            continue;
+        }
+        if (!strcmp(a, "--inline-masks")) {
+            o->inline_masks = true;
+            continue;
+        }
+        if (!strcmp(a, "--unconstrained")) {
+            o->unconstrained = true;
             continue;
         }
         if (!(val = arg_value(argc, argv, &i))) return -1;
@@ -194,6 +208,7 @@ static int gen(struct gopts *o)
     struct inferd_engine_config cfg;
     inferd_engine_config_default(&cfg);
     cfg.n_threads = (int)o->threads;
+    cfg.grammar_inline = o->inline_masks;
     cfg.max_seqs = (int)MIN(count, 64);
     cfg.max_ctx = (int)max_tokens + 8;
     inferd_engine *e;
@@ -213,17 +228,29 @@ static int gen(struct gopts *o)
         inferd_sampling_default(&r.sampling);
         r.sampling.temperature = o->temp > 0 ? (float)o->temp : 1.0f;
         r.sampling.seed = (uint64_t)o->seed * 1000003u + (uint64_t)k;
-        r.grammar.kind = (enum inferd_grammar_kind)o->kind;
-        r.grammar.source = o->src;
-        r.grammar.len = o->len;
+        if (!o->unconstrained) {
+            r.grammar.kind = (enum inferd_grammar_kind)o->kind;
+            r.grammar.source = o->src;
+            r.grammar.len = o->len;
+        }
         if (inferd_submit(e, &r, &ids[k], err, sizeof(err))) {
             fprintf(stderr, "inferd: grammar gen: %s\n", err);
             goto out_engine;
         }
     }
-    long finished = 0;
+    long finished = 0, decode_tokens = 0;
+    double decode_s = 0;
     while (finished < count) {
+        double t0 = time_now_s();
         int n = inferd_engine_step(e);
+        double dt = time_now_s() - t0;
+        struct inferd_stats st;
+        inferd_engine_stats(e, &st);
+        /* decode-only steps (one token per sequence): the decode rate */
+        if (n > 0 && st.last_step_tokens == st.last_step_seqs) {
+            decode_s += dt;
+            decode_tokens += n;
+        }
         if (n < 0) {
             fprintf(stderr, "inferd: step failed: %s\n", inferd_strerror(n));
             goto out_engine;
@@ -259,6 +286,11 @@ static int gen(struct gopts *o)
             goto out_engine;
         }
     }
+    fprintf(stderr, "decode: %ld tokens in %.3f s of decode-only steps, %.2f tokens/s (%s)\n",
+            decode_tokens, decode_s, decode_s > 0 ? (double)decode_tokens / decode_s : 0.0,
+            o->unconstrained  ? "unconstrained"
+            : o->inline_masks ? "masks inline"
+                              : "masks during the forward");
     rc = 0;
 out_engine:
     for (long k = 0; k < count; k++)
