@@ -1727,13 +1727,69 @@ static int rewrite_objects(struct sc *s, json_t *n, const char *path, int *types
     return 0;
 }
 
+/* if/then/else where the condition is exact: if true / false picks a
+ * branch; if {"type": T} splits the types: anyOf[{type: T} & then,
+ * {type: not T} & else]. *out gets the schema to generate instead. */
+static int rewrite_if(struct sc *s, json_t *n, const char *path, int types, json_t **out)
+{
+    json_t *cond = json_object_get(n, "if");
+    json_t *then_s = json_object_get(n, "then"), *else_s = json_object_get(n, "else");
+    json_t *base = json_copy(n);
+    json_object_del(base, "if");
+    json_object_del(base, "then");
+    json_object_del(base, "else");
+    then_s = then_s ? json_incref(then_s) : json_true();
+    else_s = else_s ? json_incref(else_s) : json_true();
+    int rc = 0;
+    *out = NULL;
+    if (!cond) { /* then / else without if are ignored */
+        *out = json_incref(base);
+    } else if (json_is_true(cond) || json_is_false(cond)) {
+        *out = json_pack("{s:[O,O]}", "allOf", base, json_is_true(cond) ? then_s : else_s);
+    } else {
+        const char *k;
+        json_t *v;
+        bool only_type = json_is_object(cond) && json_object_get(cond, "type");
+        if (only_type)
+            json_object_foreach(cond, k, v) only_type &= !strcmp(k, "type") || is_annotation(k);
+        int ct = 0;
+        if (!only_type)
+            rc =
+                fail_kw(s, path, "if", "not supported here (only true, false and {\"type\": ...})");
+        if (!rc) rc = types_of(s, cond, path, &ct);
+        if (!rc && (ct & T_INT) && !(ct & T_NUM) && (types & T_NUM))
+            rc = fail_kw(s, path, "if", "not supported: integers split from numbers");
+        if (!rc && (json_object_get(base, "anyOf") || json_object_get(base, "oneOf")))
+            rc = fail_kw(s, path, "if", "not supported together with anyOf or oneOf");
+        if (!rc) {
+            if (ct & T_NUM) ct |= T_INT;
+            json_t *yes = json_object(), *no = json_object();
+            drop_types(yes, types, ~ct & T_ALL);
+            drop_types(no, types, ct);
+            *out = json_pack("{s:[{s:[O,o,O]},{s:[O,o,O]}]}", "anyOf", "allOf", base, yes, then_s,
+                             "allOf", base, no, else_s);
+        }
+    }
+    json_decref(base);
+    json_decref(then_s);
+    json_decref(else_s);
+    return rc;
+}
+
 /* *out: a rewritten copy of node (owned by the caller), or NULL when node
  * needs none. */
 static int rewrite(struct sc *s, json_t *node, const char *path, json_t **out)
 {
-    static const char *kws[] = {"not",           "minProperties",     "maxProperties",
-                                "propertyNames", "dependentRequired", "dependencies",
-                                "multipleOf"};
+    static const char *kws[] = {"not",
+                                "minProperties",
+                                "maxProperties",
+                                "propertyNames",
+                                "dependentRequired",
+                                "dependencies",
+                                "multipleOf",
+                                "if",
+                                "then",
+                                "else"};
     *out = NULL;
     bool any = false;
     for (size_t i = 0; i < ARRAY_LEN(kws); i++)
@@ -1742,6 +1798,14 @@ static int rewrite(struct sc *s, json_t *node, const char *path, json_t **out)
     json_t *n = json_copy(node);
     int types, rc = types_of(s, n, path, &types);
     bool nothing = false;
+    if (!rc &&
+        (json_object_get(n, "if") || json_object_get(n, "then") || json_object_get(n, "else"))) {
+        json_t *alt = NULL;
+        rc = rewrite_if(s, n, path, types, &alt);
+        json_decref(n);
+        *out = alt; /* generated afresh: its members are rewritten in turn */
+        return rc;
+    }
     if (!rc) rc = rewrite_not(s, n, path, &types, &nothing);
     if (!rc && !nothing) {
         if (types & T_OBJ) {
@@ -1814,6 +1878,9 @@ static const char *SUPPORTED[] = {"type",
                                   "dependentRequired",
                                   "dependencies",
                                   "propertyNames",
+                                  "if",
+                                  "then",
+                                  "else",
                                   "not-satisfiable"};
 
 static int gen(struct sc *s, json_t *node, const char *path)
@@ -1913,6 +1980,10 @@ static int gen(struct sc *s, json_t *node, const char *path)
         goto out;
     }
     if ((rc = rewrite(s, node, path, &own))) goto out;
+    if (own && (json_object_get(own, "allOf") || json_object_get(own, "anyOf"))) {
+        rc = gen(s, own, path); /* if/then/else became a combinator */
+        goto out;
+    }
     if (own) {
         node = own;
         if (json_object_get(node, "not-satisfiable")) {

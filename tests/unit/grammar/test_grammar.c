@@ -314,8 +314,8 @@ TEST(schema_combinators_and_refs)
 TEST(schema_errors)
 {
     EXPECT(compile_error(GRAMMAR_JSON_SCHEMA,
-                         "{\"type\":\"object\",\"properties\":{\"a\":{\"if\":{}}}}",
-                         "#/properties/a/if: unsupported keyword"));
+                         "{\"type\":\"object\",\"properties\":{\"a\":{\"contains\":{}}}}",
+                         "#/properties/a/contains: unsupported keyword"));
     EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"not\":{\"enum\":[1]}}", "#/not: not supported"));
     EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"patternProperties\":{}}", "#/patternProperties"));
     EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"type\":\"strin\"}", "unknown type"));
@@ -371,6 +371,16 @@ TEST(schema_partial_keywords)
     EXPECT(match(GRAMMAR_JSON_SCHEMA, dep, "{\"a\":1}") == 0);
     EXPECT(match(GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"uniqueItems\":true,\"maxItems\":1}",
                  "[1]") == 1);
+    const char *ite = "{\"if\":{\"type\":\"string\"},\"then\":{\"maxLength\":2},"
+                      "\"else\":{\"type\":\"integer\",\"multipleOf\":5}}";
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, ite, "\"ab\"") == 1);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, ite, "\"abc\"") == 0);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, ite, "15") == 1);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, ite, "16") == 0);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, ite, "null") == 0);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, "{\"if\":false,\"then\":false}", "[]") == 1);
+    EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"if\":{\"minimum\":3},\"then\":{}}",
+                         "#/if: not supported"));
 }
 
 /* ---- masks ---- */
