@@ -286,8 +286,13 @@ static int gen(struct gopts *o)
             goto out_engine;
         }
     }
-    fprintf(stderr, "decode: %ld tokens in %.3f s of decode-only steps, %.2f tokens/s (%s)\n",
+    struct inferd_stats st;
+    inferd_engine_stats(e, &st);
+    fprintf(stderr,
+            "decode: %ld tokens in %.3f s of decode-only steps, %.2f tokens/s; masks outside the "
+            "forward %.2f ms in all (%s)\n",
             decode_tokens, decode_s, decode_s > 0 ? (double)decode_tokens / decode_s : 0.0,
+            st.grammar_mask_s * 1e3,
             o->unconstrained  ? "unconstrained"
             : o->inline_masks ? "masks inline"
                               : "masks during the forward");

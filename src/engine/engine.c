@@ -854,7 +854,9 @@ int inferd_engine_step(inferd_engine *e)
     int n_jobs = grammar_hook_overlap(e, n_batch);
     int rc = fwd_run(e->fwd, &b, e->logits, &msg);
     CHECK(rc == 0); /* the batch was built from validated requests */
+    double tg = time_now_s();
     grammar_hook_collect(e, n_jobs);
+    e->stats.grammar_mask_s += time_now_s() - tg;
     e->stats.n_steps++;
 
     /* Advance computed positions, commit completed blocks, then sample for
@@ -872,7 +874,10 @@ int inferd_engine_step(inferd_engine *e)
     for (int j = 0; j < n_out; j++) {
         struct req *q = e->b_out_req[j];
         struct sampler_result res;
-        if (!grammar_hook_mask(q)) {
+        tg = time_now_s();
+        bool mask_ok = grammar_hook_mask(q);
+        e->stats.grammar_mask_s += time_now_s() - tg;
+        if (!mask_ok) {
             struct inferd_event *ev = push_event(e);
             ev->request = q->id;
             ev->token = -1;
