@@ -19,8 +19,10 @@
  * read once, and a subtree is cut as soon as no stack survives. An uncertain
  * token whose next byte cannot follow the deepest frame's rule anywhere in
  * the grammar (its FOLLOW set) is rejected outright. Walks share one node
- * pool per grammar with interned states and memoized transitions, so the
- * ~300K steps of a walk over a large vocabulary are mostly table lookups.
+ * pool per grammar with interned states and memoized transitions (one per
+ * group of bytes the same leaves read), and "runs" decide whole subtrees of
+ * plain text at once (below), so a walk inside free text visits the few
+ * thousand trie nodes of tokens with quotes or backslashes, not all 274K.
  *
  * At run time, fill_mask ORs the tables of the state's stacks and walks each
  * uncertain token's bytes from the real state:
@@ -78,14 +80,15 @@ static void push_range(struct i32list *l, const struct grammar_vocab *v, int fro
         list_push(l, v->order[k]);
 }
 
-/* ---- table walks: interned states and memoized transitions ----
+/* ---- table walks: interned states and byte-group transitions ----
  *
  * Every table walk of a grammar runs in one node pool (g->walker, under
  * g->mu), where automaton states are interned (a sorted leaf set plus flags
- * -> id) and each (state, byte) step is computed once. A walk over a 128K
- * vocabulary does ~300K steps, but inside free text almost all of them are
- * the same few transitions; and walks of neighbouring contexts (the n-th and
- * (n+1)-th character of a bounded string) meet the same states. The walker
+ * -> id) and each state's bytes fall into groups (bytes the same leaves
+ * read lead to the same state: a 256-entry row of group numbers per state)
+ * whose next states are computed once. Inside free text a state has a handful
+ * of groups, and walks of neighbouring contexts (the n-th and (n+1)-th
+ * character of a bounded string) meet the same states. The walker
  * is dropped and rebuilt when it grows past WALKER_MAX_NODES nodes (recursive
  * grammars can reach unboundedly many stacks). */
 

@@ -19,7 +19,10 @@
  *   - numbers: at most 32 integer digits, 32 fraction digits, 4 exponent
  *     digits (bounded so generation ends);
  *   - oneOf is treated as anyOf (exclusivity is not enforced);
- *   - allOf is merged keyword by keyword when the members do not conflict.
+ *   - allOf is merged keyword by keyword when the members do not conflict;
+ *   - not, if/then/else, multipleOf, min/maxProperties, dependentRequired,
+ *     propertyNames and uniqueItems are rewritten into the keywords above
+ *     where that is exact, and refused otherwise (rewrite()).
  * Anything else is an ERR_INVALID naming the keyword and its JSON pointer.
  *
  * Thread: pure function of its input.
