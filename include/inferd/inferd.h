@@ -85,6 +85,8 @@ struct inferd_engine_config {
     enum inferd_kv_type kv_type; /* KV element type */
     bool no_prefix_cache;        /* true: never reuse KV across requests */
     bool kv_events;              /* true: record block stored/evicted events (drain them!) */
+    bool grammar_inline;         /* true: fill grammar masks after the forward on the calling thread
+                                    (default: on a helper thread while the forward runs; same output) */
 };
 
 void inferd_engine_config_default(struct inferd_engine_config *cfg);
@@ -227,10 +229,12 @@ struct inferd_stats {
     uint64_t n_cancelled;     /* of those, cancelled */
     uint64_t n_prompt_tokens; /* prompt positions computed by prefill (recomputation too) */
     uint64_t n_cached_tokens; /* positions attached from the prefix cache instead */
-    uint64_t n_generated_tokens;    /* tokens sampled */
-    uint64_t n_preempted;           /* requests sent back to recompute for lack of KV */
-    uint64_t n_prefix_lookups;      /* admissions that looked up the prefix cache */
-    uint64_t n_prefix_hits;         /* of those, attaching at least one block */
+    uint64_t n_generated_tokens; /* tokens sampled */
+    double grammar_mask_s;     /* counter: seconds the engine thread spent on grammar masks outside
+                                  the forward (filling inline, or waiting for the helper after it) */
+    uint64_t n_preempted;      /* requests sent back to recompute for lack of KV */
+    uint64_t n_prefix_lookups; /* admissions that looked up the prefix cache */
+    uint64_t n_prefix_hits;    /* of those, attaching at least one block */
     uint64_t n_prefix_hit_blocks;   /* blocks attached */
     uint64_t n_prefix_hit_tokens;   /* positions attached (= blocks x block_tokens) */
     uint64_t n_prefix_query_tokens; /* positions of the sequences looked up */

@@ -11,7 +11,10 @@
  * `gen` runs the real engine (inferd_submit with a grammar; many requests in
  * one batch) and prints each output's text decoded from the grammar
  * vocabulary's token bytes; the random-model test suite feeds these lines to
- * a JSON Schema validator. `bench` drives a matcher directly over the model's
+ * a JSON Schema validator. It also prints the decode rate (tokens per second
+ * of decode-only steps) to stderr; --unconstrained runs the same requests
+ * without the grammar and --inline-masks without the mask overlap, for
+ * comparison (docs/benchmarks.md). `bench` drives a matcher directly over the model's
  * vocabulary: random walks through the grammar, timing every mask; it reports
  * cold figures (mask tables computed as their contexts first appear) and warm
  * ones (the same walks again, every table cached).
@@ -33,12 +36,14 @@
 
 static void grammar_usage(void)
 {
-    fprintf(stderr,
-            "usage: inferd grammar check GRAMMAR [--dump]\n"
-            "       inferd grammar gen -m MODEL GRAMMAR [--count N] [-n MAX_TOKENS] [--seed S]\n"
-            "                          [--temp T] [--threads N]\n"
-            "       inferd grammar bench -m MODEL GRAMMAR [--walks N] [--steps N] [--json]\n"
-            "GRAMMAR: --ebnf FILE | --regex RE | --json-schema FILE | --json-object\n");
+    fprintf(
+        stderr,
+        "usage: inferd grammar check GRAMMAR [--dump]\n"
+        "       inferd grammar gen -m MODEL GRAMMAR [--count N] [-n MAX_TOKENS] [--seed S]\n"
+        "                          [--temp T] [--threads N] [--inline-masks] [--unconstrained]\n"
+        "       inferd grammar bench -m MODEL GRAMMAR [--walks N] [--steps N] [--json]\n"
+        "                            [--verify]\n"
+        "GRAMMAR: --ebnf FILE | --regex RE | --json-schema FILE | --json-object\n");
 }
 
 static char *read_file(const char *path, size_t *len)
@@ -63,7 +68,9 @@ struct gopts {
     const char *model;      /* -m */
     long count, max_tokens, seed, threads, walks, steps;
     double temp;
-    bool dump, json;
+    bool dump, json, verify;
+    bool inline_masks;  /* gen: masks after the forward (engine grammar_inline) */
+    bool unconstrained; /* gen: the same requests without the grammar (a baseline) */
 };
 
 static int parse(int argc, char **argv, struct gopts *o)
@@ -80,6 +87,18 @@ static int parse(int argc, char **argv, struct gopts *o)
         }
         if (!strcmp(a, "--json")) {
             o->json = true;
+            continue;
+        }
+        if (!strcmp(a, "--verify")) {
+            o->verify = true;
+            continue;
+        }
+        if (!strcmp(a, "--inline-masks")) {
+            o->inline_masks = true;
+            continue;
+        }
+        if (!strcmp(a, "--unconstrained")) {
+            o->unconstrained = true;
             continue;
         }
         if (!(val = arg_value(argc, argv, &i))) return -1;
@@ -189,6 +208,7 @@ static int gen(struct gopts *o)
     struct inferd_engine_config cfg;
     inferd_engine_config_default(&cfg);
     cfg.n_threads = (int)o->threads;
+    cfg.grammar_inline = o->inline_masks;
     cfg.max_seqs = (int)MIN(count, 64);
     cfg.max_ctx = (int)max_tokens + 8;
     inferd_engine *e;
@@ -208,17 +228,29 @@ static int gen(struct gopts *o)
         inferd_sampling_default(&r.sampling);
         r.sampling.temperature = o->temp > 0 ? (float)o->temp : 1.0f;
         r.sampling.seed = (uint64_t)o->seed * 1000003u + (uint64_t)k;
-        r.grammar.kind = (enum inferd_grammar_kind)o->kind;
-        r.grammar.source = o->src;
-        r.grammar.len = o->len;
+        if (!o->unconstrained) {
+            r.grammar.kind = (enum inferd_grammar_kind)o->kind;
+            r.grammar.source = o->src;
+            r.grammar.len = o->len;
+        }
         if (inferd_submit(e, &r, &ids[k], err, sizeof(err))) {
             fprintf(stderr, "inferd: grammar gen: %s\n", err);
             goto out_engine;
         }
     }
-    long finished = 0;
+    long finished = 0, decode_tokens = 0;
+    double decode_s = 0;
     while (finished < count) {
+        double t0 = time_now_s();
         int n = inferd_engine_step(e);
+        double dt = time_now_s() - t0;
+        struct inferd_stats st;
+        inferd_engine_stats(e, &st);
+        /* decode-only steps (one token per sequence): the decode rate */
+        if (n > 0 && st.last_step_tokens == st.last_step_seqs) {
+            decode_s += dt;
+            decode_tokens += n;
+        }
         if (n < 0) {
             fprintf(stderr, "inferd: step failed: %s\n", inferd_strerror(n));
             goto out_engine;
@@ -254,6 +286,16 @@ static int gen(struct gopts *o)
             goto out_engine;
         }
     }
+    struct inferd_stats st;
+    inferd_engine_stats(e, &st);
+    fprintf(stderr,
+            "decode: %ld tokens in %.3f s of decode-only steps, %.2f tokens/s; masks outside the "
+            "forward %.2f ms in all (%s)\n",
+            decode_tokens, decode_s, decode_s > 0 ? (double)decode_tokens / decode_s : 0.0,
+            st.grammar_mask_s * 1e3,
+            o->unconstrained  ? "unconstrained"
+            : o->inline_masks ? "masks inline"
+                              : "masks during the forward");
     rc = 0;
 out_engine:
     for (long k = 0; k < count; k++)
@@ -316,7 +358,7 @@ static uint64_t splitmix(uint64_t *x)
 /* Random walks: each step fills a mask (timed) and takes a random allowed
  * token. Returns the number of masks timed into t. */
 static long walks(struct grammar *g, struct grammar_vocab *v, long n_walks, long n_steps,
-                  uint64_t seed, double *t, long *n_done)
+                  uint64_t seed, bool verify, double *t, long *n_done)
 {
     int n_vocab = grammar_vocab_n(v);
     uint64_t *mask = xmalloc(sizeof(uint64_t) * (size_t)((n_vocab + 63) / 64));
@@ -329,6 +371,17 @@ static long walks(struct grammar *g, struct grammar_vocab *v, long n_walks, long
             double t0 = cpu_now_s();
             int cnt = grammar_matcher_fill_mask(m, mask);
             t[n++] = cpu_now_s() - t0;
+            /* --verify: every token against a byte walk from the state */
+            for (int i = 0; verify && i < n_vocab; i++) {
+                bool in_mask = (mask[i >> 6] >> (i & 63)) & 1;
+                if (in_mask != grammar_matcher_allows(m, i)) {
+                    uint32_t len;
+                    const char *b = grammar_vocab_bytes(v, i, &len);
+                    fprintf(stderr, "inferd: grammar bench: mask %s token %d '%.*s' at step %ld\n",
+                            in_mask ? "allows rejected" : "forbids accepted", i, (int)len, b, s);
+                    exit(1);
+                }
+            }
             if (cnt == 0) break;
             int k = 0;
             for (int i = 0; i < n_vocab; i++)
@@ -377,9 +430,9 @@ static int bench(struct gopts *o)
     /* cold: tables are computed as contexts first appear; warm: the same
      * walks again (every table cached) */
     double t0 = time_now_s(), c0 = cpu_now_s();
-    long nc = walks(g, v, n_walks, n_steps, 1, tc, &done_c);
+    long nc = walks(g, v, n_walks, n_steps, 1, o->verify, tc, &done_c);
     double t1 = time_now_s(), c1 = cpu_now_s();
-    long nw = walks(g, v, n_walks, n_steps, 1, tw, &done_w);
+    long nw = walks(g, v, n_walks, n_steps, 1, false, tw, &done_w);
     struct stat_out sc, sw;
     summarize(tc, nc, &sc);
     summarize(tw, nw, &sw);

@@ -43,7 +43,9 @@
 
  * Structured output: a request with a grammar has a matcher (constrain.h);
  * before sampling it fills the request's token mask, the sampler puts -inf
- * outside it, and the sampled token advances the matcher. Three small hooks
+ * outside it, and the sampled token advances the matcher. The masks of a
+ * step are filled by a helper thread while the forward runs (constrain.h),
+ * or after it in inline mode; the bits are the same. Small hooks
  * (grammar_hook_*) are the whole coupling.
  *
  * Sampling is keyed by (seed, position) and logits are batch-invariant
@@ -109,6 +111,7 @@ struct req {
 
     struct grammar_matcher *gm; /* structured output state, or NULL */
     uint64_t *mask;             /* ((n_vocab + 63) / 64) allowed tokens when gm */
+    int mask_allowed;           /* tokens in mask as filled during this step's forward; -1: not */
 };
 
 struct inferd_engine {
@@ -131,6 +134,8 @@ struct inferd_engine {
     int32_t *b_tokens, *b_pos, *b_seq; /* (token_budget) */
     bool *b_want;                      /* (token_budget) */
     struct req **b_out_req;            /* (token_budget) request of each logits row */
+    struct constrain_job *b_jobs;      /* (token_budget) masks filled during the forward */
+    struct req **b_job_req;            /* (token_budget) request of each job */
     const struct kv_seq **b_seqs;      /* (max_seqs) */
     struct req **b_seq_req;            /* (max_seqs) request of each batch sequence */
     float *logits;                     /* (token_budget, n_vocab) */
@@ -335,11 +340,13 @@ int inferd_engine_new(inferd_model *im, const struct inferd_engine_config *cfg_i
     e->b_seq = xmalloc(sizeof(int32_t) * B);
     e->b_want = xmalloc(sizeof(bool) * B);
     e->b_out_req = xmalloc(sizeof(struct req *) * B);
+    e->b_jobs = xmalloc(sizeof(struct constrain_job) * B);
+    e->b_job_req = xmalloc(sizeof(struct req *) * B);
     e->b_seqs = xmalloc(sizeof(struct kv_seq *) * (size_t)cfg.max_seqs);
     e->b_seq_req = xmalloc(sizeof(struct req *) * (size_t)cfg.max_seqs);
     e->logits = xaligned_alloc(sizeof(float) * B * (size_t)hp->n_vocab);
     e->stats.kv_blocks_total = cfg.kv_blocks;
-    constrain_init(&e->constrain, im->m, im->eog, im->n_eog);
+    constrain_init(&e->constrain, im->m, im->eog, im->n_eog, e->cfg.grammar_inline);
     *out = e;
     return 0;
 
@@ -378,6 +385,8 @@ void inferd_engine_free(inferd_engine *e)
     free(e->b_seq);
     free(e->b_want);
     free(e->b_out_req);
+    free(e->b_jobs);
+    free(e->b_job_req);
     free(e->b_seqs);
     free(e->b_seq_req);
     free(e->logits);
@@ -435,6 +444,7 @@ static int grammar_hook_submit(struct inferd_engine *e, const struct inferd_requ
                               g->len, &q->gm, msg);
     if (rc) return rc;
     q->mask = xmalloc(sizeof(uint64_t) * (size_t)((e->model->m->hp.n_vocab + 63) / 64));
+    q->mask_allowed = -1;
     return 0;
 }
 
@@ -445,7 +455,34 @@ static bool grammar_hook_mask(struct req *q)
 {
     if (!q->gm) return true;
     q->sp.allowed = q->mask;
-    return constrain_mask(q->gm, q->mask) > 0;
+    int allowed = q->mask_allowed >= 0 ? q->mask_allowed : constrain_mask(q->gm, q->mask);
+    q->mask_allowed = -1;
+    return allowed > 0;
+}
+
+/* Before the forward: hands the masks of the requests that sample in this
+ * step to the helper thread (constrain.h). Returns the jobs posted. */
+static int grammar_hook_overlap(struct inferd_engine *e, int n_batch)
+{
+    if (!constrain_overlaps(&e->constrain)) return 0;
+    int n = 0;
+    for (int t = 0; t < n_batch; t++) {
+        struct req *q = e->b_seq_req[e->b_seq[t]];
+        if (!e->b_want[t] || !q->gm) continue;
+        e->b_jobs[n] = (struct constrain_job){.gm = q->gm, .mask = q->mask, .allowed = -1};
+        e->b_job_req[n++] = q;
+    }
+    if (n) constrain_masks_start(&e->constrain, e->b_jobs, n);
+    return n;
+}
+
+/* After the forward: the helper's masks, for grammar_hook_mask. */
+static void grammar_hook_collect(struct inferd_engine *e, int n_jobs)
+{
+    if (!n_jobs) return;
+    constrain_masks_wait(&e->constrain);
+    for (int i = 0; i < n_jobs; i++)
+        e->b_job_req[i]->mask_allowed = e->b_jobs[i].allowed;
 }
 
 /* After sampling: advances the grammar; true when it is complete. */
@@ -814,8 +851,12 @@ int inferd_engine_step(inferd_engine *e)
         .seqs = e->b_seqs,
     };
     struct err_msg msg = {{0}};
+    int n_jobs = grammar_hook_overlap(e, n_batch);
     int rc = fwd_run(e->fwd, &b, e->logits, &msg);
     CHECK(rc == 0); /* the batch was built from validated requests */
+    double tg = time_now_s();
+    grammar_hook_collect(e, n_jobs);
+    e->stats.grammar_mask_s += time_now_s() - tg;
     e->stats.n_steps++;
 
     /* Advance computed positions, commit completed blocks, then sample for
@@ -833,7 +874,10 @@ int inferd_engine_step(inferd_engine *e)
     for (int j = 0; j < n_out; j++) {
         struct req *q = e->b_out_req[j];
         struct sampler_result res;
-        if (!grammar_hook_mask(q)) {
+        tg = time_now_s();
+        bool mask_ok = grammar_hook_mask(q);
+        e->stats.grammar_mask_s += time_now_s() - tg;
+        if (!mask_ok) {
             struct inferd_event *ev = push_event(e);
             ev->request = q->id;
             ev->token = -1;

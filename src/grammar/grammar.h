@@ -109,6 +109,9 @@ bool grammar_matcher_accept_bytes(struct grammar_matcher *m, const void *bytes, 
  * an accepting state; afterwards the matcher is terminated). Control tokens
  * are rejected. Returns false and leaves the state unchanged when rejected. */
 bool grammar_matcher_accept_token(struct grammar_matcher *m, int32_t token);
+/* Whether accept_token(m, token) would succeed, without changing the state
+ * (a byte walk: the reference that masks are checked against). */
+bool grammar_matcher_allows(struct grammar_matcher *m, int32_t token);
 /* The input so far is a complete sentence of the grammar. */
 bool grammar_matcher_is_accepting(const struct grammar_matcher *m);
 /* Some further byte is allowed. */

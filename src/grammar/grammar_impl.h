@@ -249,8 +249,14 @@ struct grammar_vocab {
     int32_t *tn_ntok;   /* (n_nodes) tokens ending exactly here: order[tn_first ..][0, tn_ntok) */
     int32_t *tn_first;  /* (n_nodes) first index into order of the subtree */
     int32_t *tn_last;   /* (n_nodes) one past the last index into order of the subtree */
-    int n_nodes;        /* trie nodes incl. root */
-    int max_depth;      /* longest token */
+    int32_t *tn_run;    /* (n_nodes) characters the longest string below starts, when the node
+                           ends a whole character and everything below is well-formed UTF-8; else -1 */
+    uint64_t (*tn_sub_ascii)[2]; /* (n_nodes) ASCII bytes occurring strictly below */
+    uint8_t *tn_sub_mb;          /* (n_nodes) a non-ASCII byte occurs strictly below */
+    int32_t *tn_starts;  /* (n_nodes) characters started on the path (non-continuation bytes) */
+    int32_t *ord_starts; /* (n_order) the same for each token of order */
+    int n_nodes;         /* trie nodes incl. root */
+    int max_depth;       /* longest token */
 };
 
 struct grammar_vocab *grammar__vocab_build(int n_vocab, char *bytes, uint64_t *off, uint8_t *cls,

@@ -19,8 +19,10 @@
  * read once, and a subtree is cut as soon as no stack survives. An uncertain
  * token whose next byte cannot follow the deepest frame's rule anywhere in
  * the grammar (its FOLLOW set) is rejected outright. Walks share one node
- * pool per grammar with interned states and memoized transitions, so the
- * ~300K steps of a walk over a large vocabulary are mostly table lookups.
+ * pool per grammar with interned states and memoized transitions (one per
+ * group of bytes the same leaves read), and "runs" decide whole subtrees of
+ * plain text at once (below), so a walk inside free text visits the few
+ * thousand trie nodes of tokens with quotes or backslashes, not all 274K.
  *
  * At run time, fill_mask ORs the tables of the state's stacks and walks each
  * uncertain token's bytes from the real state:
@@ -64,30 +66,50 @@ static void list_push(struct i32list *l, int32_t x)
     l->a[l->n++] = x;
 }
 
+/* Sets the bits of the tokens order[from, to); returns how many. */
+static int set_range(uint64_t *bits, const struct grammar_vocab *v, int from, int to)
+{
+    for (int k = from; k < to; k++)
+        bits[v->order[k] >> 6] |= 1ull << (v->order[k] & 63);
+    return to - from;
+}
+
 static void push_range(struct i32list *l, const struct grammar_vocab *v, int from, int to)
 {
     for (int k = from; k < to; k++)
         list_push(l, v->order[k]);
 }
 
-/* ---- table walks: interned states and memoized transitions ----
+/* ---- table walks: interned states and byte-group transitions ----
  *
  * Every table walk of a grammar runs in one node pool (g->walker, under
  * g->mu), where automaton states are interned (a sorted leaf set plus flags
- * -> id) and each (state, byte) step is computed once. A walk over a 128K
- * vocabulary does ~300K steps, but inside free text almost all of them are
- * the same few transitions; and walks of neighbouring contexts (the n-th and
- * (n+1)-th character of a bounded string) meet the same states. The walker
+ * -> id) and each state's bytes fall into groups (bytes the same leaves
+ * read lead to the same state: a 256-entry row of group numbers per state)
+ * whose next states are computed once. Inside free text a state has a handful
+ * of groups, and walks of neighbouring contexts (the n-th and (n+1)-th
+ * character of a bounded string) meet the same states. The walker
  * is dropped and rebuilt when it grows past WALKER_MAX_NODES nodes (recursive
  * grammars can reach unboundedly many stacks). */
 
 #define WALKER_MAX_NODES (1 << 22)
 
 struct wstate {
-    int64_t off;  /* first leaf in walker.leaves */
-    int32_t n;    /* leaves */
-    bool accept;  /* returned past the root */
-    bool unknown; /* returned into the unknown context */
+    int64_t off;           /* first leaf in walker.leaves */
+    int32_t n;             /* leaves */
+    bool accept;           /* returned past the root */
+    bool unknown;          /* returned into the unknown context */
+    bool run_mb;           /* every non-ASCII character also leads to run_next */
+    int16_t run_h;         /* characters of a run readable from here; -1 until computed */
+    int32_t run_next;      /* state after one run character; -1 none, -2 until computed */
+    int32_t row;           /* byte-group row in walker.cls, -1 until first stepped */
+    int32_t succ_off;      /* first of its groups in walker.succ */
+    int32_t run_end;       /* state after run_h characters, when every state of the run is
+                              inside the key (none returned below it); else -1 */
+    bool run_quiet;        /* this state and the middles of its multi-byte run characters
+                              returned nothing below the key */
+    uint64_t alive[4];     /* bytes some leaf reads (any other byte empties the state) */
+    uint64_t run_ascii[2]; /* ASCII bytes that are run characters here */
 };
 
 struct grammar_walker {
@@ -98,10 +120,11 @@ struct grammar_walker {
     int n_states, cap_states;
     int32_t *shash;           /* (n_shash) state id + 1 by hash, 0 empty */
     int n_shash;              /* power of two */
-    uint64_t *tkey;           /* (n_thash) transition key (state << 8 | byte) + 1, 0 empty */
-    int32_t *tval;            /* (n_thash) next state */
-    int n_thash;              /* power of two */
-    int n_trans;              /* transitions stored */
+    uint8_t *cls;             /* (n_rows, 256) byte -> group of a stepped state */
+    int64_t n_rows, cap_rows; /* rows used / allocated */
+    int32_t *succ;            /* (n_succ) next state of each group, -1 until computed */
+    int64_t n_succ, cap_succ; /* entries used / allocated */
+    int n_trans;              /* transitions computed (advances) */
     struct grammar_state tmp; /* advance output scratch */
 };
 
@@ -112,8 +135,8 @@ void grammar__walker_free(struct grammar_walker *w)
     free(w->leaves);
     free(w->states);
     free(w->shash);
-    free(w->tkey);
-    free(w->tval);
+    free(w->cls);
+    free(w->succ);
     free(w->tmp.leaf);
     free(w);
 }
@@ -124,9 +147,6 @@ static struct grammar_walker *walker_new(void)
     grammar__pool_init(&w->pool);
     w->n_shash = 1024;
     w->shash = xcalloc((size_t)w->n_shash, sizeof(int32_t));
-    w->n_thash = 4096;
-    w->tkey = xcalloc((size_t)w->n_thash, sizeof(uint64_t));
-    w->tval = xmalloc(sizeof(int32_t) * (size_t)w->n_thash);
     return w;
 }
 
@@ -155,7 +175,7 @@ static void shash_insert(struct grammar_walker *w, int id)
 }
 
 /* Id of the state (st's leaves sorted in place). */
-static int intern(struct grammar_walker *w, struct grammar_state *st)
+static int intern(const struct grammar *g, struct grammar_walker *w, struct grammar_state *st)
 {
     if (st->n > 1) qsort(st->leaf, (size_t)st->n, sizeof(int32_t), cmp_i32);
     uint64_t h = state_hash(st->leaf, st->n, st->accept, st->unknown);
@@ -176,7 +196,18 @@ static int intern(struct grammar_walker *w, struct grammar_state *st)
         w->leaves = xrealloc(w->leaves, sizeof(int32_t) * (size_t)w->cap_leaves);
     }
     int id = w->n_states++;
-    w->states[id] = (struct wstate){w->n_leaves, st->n, st->accept, st->unknown};
+    struct wstate *ns = &w->states[id];
+    *ns = (struct wstate){.off = w->n_leaves,
+                          .n = st->n,
+                          .accept = st->accept,
+                          .unknown = st->unknown,
+                          .run_h = -1,
+                          .run_next = -2,
+                          .row = -1,
+                          .run_end = -1};
+    for (int i = 0; i < st->n; i++)
+        for (int k = 0; k < 4; k++)
+            ns->alive[k] |= g->sets[g->elems[w->pool.pos[st->leaf[i]]].arg][k];
     if (st->n) memcpy(w->leaves + w->n_leaves, st->leaf, sizeof(int32_t) * (size_t)st->n);
     w->n_leaves += st->n;
     if (2 * w->n_states > w->n_shash) {
@@ -191,41 +222,273 @@ static int intern(struct grammar_walker *w, struct grammar_state *st)
     return id;
 }
 
-static void thash_put(struct grammar_walker *w, uint64_t key, int32_t val)
+/* Gives state sid its byte-group row: bytes read by the same leaves lead
+ * to the same state, so a state has as many distinct transitions as groups
+ * (a handful in free text) and each is computed once. */
+static void make_row(const struct grammar *g, struct grammar_walker *w, int sid)
 {
-    size_t k = (key * 0x9E3779B97F4A7C15ull >> 20) & (size_t)(w->n_thash - 1);
-    while (w->tkey[k])
-        k = (k + 1) & (size_t)(w->n_thash - 1);
-    w->tkey[k] = key + 1;
-    w->tval[k] = val;
+    const struct wstate *s = &w->states[sid];
+    if (w->n_rows == w->cap_rows) {
+        w->cap_rows = w->cap_rows ? 2 * w->cap_rows : 256;
+        w->cls = xrealloc(w->cls, (size_t)w->cap_rows * 256);
+    }
+    uint8_t *row = w->cls + w->n_rows * 256;
+    int n_groups = 0;
+    if (s->n <= 64) {
+        uint64_t sig[256] = {0}, seen[256];
+        const int32_t *leaf = w->leaves + s->off;
+        for (int j = 0; j < s->n; j++) {
+            const uint64_t *set = g->sets[g->elems[w->pool.pos[leaf[j]]].arg];
+            for (int k = 0; k < 4; k++)
+                for (uint64_t m = set[k]; m; m &= m - 1)
+                    sig[k * 64 + __builtin_ctzll(m)] |= 1ull << j;
+        }
+        for (int c = 0; c < 256; c++) {
+            int k = 0;
+            while (k < n_groups && seen[k] != sig[c])
+                k++;
+            if (k == n_groups) seen[n_groups++] = sig[c];
+            row[c] = (uint8_t)k;
+        }
+    } else {
+        for (int c = 0; c < 256; c++)
+            row[c] = (uint8_t)c;
+        n_groups = 256;
+    }
+    if (w->n_succ + n_groups > w->cap_succ) {
+        w->cap_succ = MAX(2 * w->cap_succ, w->n_succ + n_groups + 1024);
+        w->succ = xrealloc(w->succ, sizeof(int32_t) * (size_t)w->cap_succ);
+    }
+    for (int k = 0; k < n_groups; k++)
+        w->succ[w->n_succ + k] = -1;
+    w->states[sid].row = (int32_t)w->n_rows++;
+    w->states[sid].succ_off = (int32_t)w->n_succ;
+    w->n_succ += n_groups;
 }
 
 /* The state after reading byte b in state sid. */
 static int step(const struct grammar *g, struct grammar_walker *w, int sid, unsigned b)
 {
-    uint64_t key = (uint64_t)sid << 8 | b;
-    for (size_t k = (key * 0x9E3779B97F4A7C15ull >> 20) & (size_t)(w->n_thash - 1); w->tkey[k];
-         k = (k + 1) & (size_t)(w->n_thash - 1))
-        if (w->tkey[k] == key + 1) return w->tval[k];
+    if (w->states[sid].row < 0) make_row(g, w, sid);
     const struct wstate *s = &w->states[sid];
+    int64_t at = s->succ_off + w->cls[(int64_t)s->row * 256 + b];
+    if (w->succ[at] >= 0) return w->succ[at];
     struct grammar_state in = {.leaf = w->leaves + s->off, .n = s->n, .cap = s->n};
     grammar__advance(g, &w->pool, &in, b, &w->tmp);
-    int next = intern(w, &w->tmp);
-    if (2 * (w->n_trans + 1) > w->n_thash) {
-        int old = w->n_thash;
-        uint64_t *ok = w->tkey;
-        int32_t *ov = w->tval;
-        w->n_thash *= 2;
-        w->tkey = xcalloc((size_t)w->n_thash, sizeof(uint64_t));
-        w->tval = xmalloc(sizeof(int32_t) * (size_t)w->n_thash);
-        for (int i = 0; i < old; i++)
-            if (ok[i]) thash_put(w, ok[i] - 1, ov[i]);
-        free(ok);
-        free(ov);
-    }
-    thash_put(w, key, next);
+    int next = intern(g, w, &w->tmp);
+    w->succ[at] = next;
     w->n_trans++;
     return next;
+}
+
+/* ---- runs: whole subtrees of plain text at once ----
+ *
+ * Inside free text (a JSON string, a bounded string's n-th character) most
+ * of the vocabulary is accepted, and a walk that visits every trie node pays
+ * ~160K steps per context. A run skips that: for a walker state s, its *run
+ * characters* are a set C(s) of characters (a set of ASCII bytes, plus
+ * optionally every non-ASCII character) that all lead, through states with
+ * live stacks, to one state next(s) that has live stacks itself; its *run
+ * height* h(s) is how many such characters in a row are certainly alive:
+ *
+ *   h(s) = 0                          no run characters, or next(s) is empty
+ *   h(s) = 1 + h(t), t = next(s)      when C(t) contains C(s)
+ *   h(s) = 1                          otherwise
+ *
+ * (capped at the longest token; a cycle of states means any length). By
+ * induction every string of at most h(s) characters of C(s) - the last one
+ * possibly cut short - leaves some stack alive after each byte. So at a trie
+ * node whose path ends a character, with state s, if everything below is
+ * well-formed UTF-8 over C(s) and starts at most h(s) characters (the
+ * vocabulary's per-node summary, vocab.c), every token in the subtree is
+ * accepted: one range push instead of a walk. Run characters are found from
+ * the leaves' byte sets: bytes that the same leaves read give the same
+ * successor, so the ASCII run is the largest group of ASCII bytes read by the
+ * same leaves, and each UTF-8 sequence class (Unicode table 3-7) is checked
+ * by stepping one representative through ranges every leaf reads wholly or
+ * not at all. Profiles are memoized per state, so the n-th character of a
+ * bounded string and the (n+1)-th share them. */
+
+#define RUN_MAX_LEAVES 64 /* states with more leaves get no run */
+#define RUN_MIN_NODES  8  /* smaller subtrees are walked: cheaper than a profile */
+
+static const uint8_t utf8_class[8][4][2] = {
+    {{0xC2, 0xDF}, {0x80, 0xBF}},
+    {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}},
+    {{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}},
+    {{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
+};
+static const int utf8_class_len[8] = {2, 3, 3, 3, 3, 4, 4, 4};
+
+/* Every leaf of state sid reads all of [lo, hi] or none of it, and some leaf
+ * reads it. */
+static bool range_uniform(const struct grammar *g, const struct grammar_walker *w, int sid,
+                          unsigned lo, unsigned hi)
+{
+    const struct wstate *s = &w->states[sid];
+    bool any = false;
+    for (int j = 0; j < s->n; j++) {
+        const uint64_t *set = g->sets[g->elems[w->pool.pos[w->leaves[s->off + j]]].arg];
+        bool first = grammar__set_has(set, lo);
+        for (unsigned b = lo + 1; b <= hi; b++)
+            if (grammar__set_has(set, b) != first) return false;
+        any |= first;
+    }
+    return any;
+}
+
+/* Fills run_next, run_ascii and run_mb of state sid (once). */
+static void run_profile(const struct grammar *g, struct grammar_walker *w, int sid)
+{
+    struct wstate *s = &w->states[sid];
+    if (s->run_next != -2) return;
+    s->run_next = -1;
+    if (s->n == 0 || s->n > RUN_MAX_LEAVES) return;
+    /* Group ASCII bytes by the leaves that read them. */
+    uint64_t sig[128] = {0};
+    for (int j = 0; j < s->n; j++) {
+        const uint64_t *set = g->sets[g->elems[w->pool.pos[w->leaves[s->off + j]]].arg];
+        for (unsigned b = 0; b < 128; b++)
+            if (grammar__set_has(set, b)) sig[b] |= 1ull << j;
+    }
+    int best = -1, best_n = 0;
+    for (unsigned b = 0; b < 128; b++) {
+        if (!sig[b]) continue;
+        int cnt = 0;
+        for (unsigned c = 0; c < 128; c++)
+            cnt += sig[c] == sig[b];
+        if (cnt > best_n) best = (int)b, best_n = cnt;
+    }
+    if (best < 0) return;
+    uint64_t ascii[2] = {0, 0};
+    for (unsigned b = 0; b < 128; b++)
+        if (sig[b] == sig[best]) ascii[b >> 6] |= 1ull << (b & 63);
+    int t = step(g, w, sid, (unsigned)best); /* may move w->states */
+    if (w->states[t].n == 0) return;
+    bool mb = true, quiet = !w->states[sid].unknown;
+    for (int c = 0; c < 8 && mb; c++) {
+        int cur = sid;
+        for (int k = 0; k < utf8_class_len[c] && mb; k++) {
+            unsigned lo = utf8_class[c][k][0], hi = utf8_class[c][k][1];
+            if (!range_uniform(g, w, cur, lo, hi)) {
+                mb = false;
+                break;
+            }
+            cur = step(g, w, cur, lo);
+            if (w->states[cur].n == 0) mb = false;
+            quiet &= !w->states[cur].unknown;
+        }
+        if (mb && cur != t) mb = false;
+    }
+    s = &w->states[sid];
+    s->run_next = t;
+    s->run_ascii[0] = ascii[0];
+    s->run_ascii[1] = ascii[1];
+    s->run_mb = mb;
+    s->run_quiet = quiet;
+}
+
+static bool run_covers(const struct wstate *outer, const struct wstate *inner)
+{
+    return (outer->run_ascii[0] & inner->run_ascii[0]) == inner->run_ascii[0] &&
+           (outer->run_ascii[1] & inner->run_ascii[1]) == inner->run_ascii[1] &&
+           (outer->run_mb || !inner->run_mb);
+}
+
+/* h(sid) (see above), computed along the chain of next states; also the
+ * state the chain ends in (run_end). */
+static int run_height(const struct grammar *g, struct grammar_walker *w, int sid, int cap)
+{
+    int chain_small[64], *chain = chain_small, n_chain = 0, cap_chain = 64;
+    int cur = sid, val, end;
+    for (;;) {
+        run_profile(g, w, cur);
+        struct wstate *c = &w->states[cur];
+        if (c->run_h >= 0) {
+            val = c->run_h;
+            end = c->run_end;
+            break;
+        }
+        if (c->run_next < 0) {
+            c->run_h = 0;
+            c->run_end = c->unknown ? -1 : cur;
+            val = 0;
+            end = c->run_end;
+            break;
+        }
+        bool cycle = false;
+        for (int j = 0; j < n_chain && !cycle; j++)
+            cycle = chain[j] == cur;
+        if (cycle || n_chain >= cap) {
+            /* A cycle of states whose run characters contain each other's
+             * reads runs of any length; a chain longer than the cap is
+             * longer than any token. */
+            val = cap;
+            end = -1;
+            break;
+        }
+        if (n_chain == cap_chain) {
+            cap_chain *= 2;
+            int *grown = xmalloc(sizeof(int) * (size_t)cap_chain);
+            memcpy(grown, chain, sizeof(int) * (size_t)n_chain);
+            if (chain != chain_small) free(chain);
+            chain = grown;
+        }
+        chain[n_chain++] = cur;
+        int t = c->run_next;
+        run_profile(g, w, t);
+        if (w->states[t].run_next < 0 || !run_covers(&w->states[t], &w->states[cur])) {
+            /* The run stops at t (what t reads is checked by the caller). */
+            val = 0;
+            end = w->states[t].unknown ? -1 : t;
+            break;
+        }
+        cur = t;
+    }
+    for (int j = n_chain - 1; j >= 0; j--) {
+        struct wstate *c = &w->states[chain[j]];
+        val = MIN(cap, val + 1);
+        if (!c->run_quiet) end = -1;
+        c->run_h = (int16_t)val;
+        c->run_end = end;
+    }
+    if (chain != chain_small) free(chain);
+    return w->states[sid].run_h;
+}
+
+enum run_verdict {
+    RUN_NONE, /* walk the subtree */
+    RUN_ALL,  /* every token below is accepted */
+    RUN_UPTO, /* tokens starting at most *h characters below are accepted, the rest rejected */
+};
+
+/* What a run from state sid says about the tokens below trie node i (and at
+ * it). u: a stack already returned below the key on the way to i (rejected
+ * tokens would be uncertain, so only RUN_ALL applies). */
+static enum run_verdict run_verdict(const struct grammar *g, struct grammar_walker *w,
+                                    const struct grammar_vocab *v, int sid, int i, bool u, int *h)
+{
+    if (v->tn_run[i] < 0 || v->tn_end[i] - i < RUN_MIN_NODES) return RUN_NONE;
+    *h = run_height(g, w, sid, MIN(v->max_depth, INT16_MAX));
+    const struct wstate *s = &w->states[sid];
+    const uint64_t *sub = v->tn_sub_ascii[i];
+    if ((sub[0] & ~s->run_ascii[0]) || (sub[1] & ~s->run_ascii[1]) ||
+        (v->tn_sub_mb[i] && !s->run_mb))
+        return RUN_NONE;
+    if (*h >= v->tn_run[i]) return RUN_ALL;
+    if (u || s->run_end < 0) return RUN_NONE;
+    /* After h characters the run ends in state e; a longer token dies on the
+     * first byte of its next character if e reads none of those bytes. */
+    const uint64_t *alive = w->states[s->run_end].alive;
+    if ((alive[0] & sub[0]) || (alive[1] & sub[1])) return RUN_NONE;
+    if (v->tn_sub_mb[i]) /* lead bytes C2-F4 */
+        for (unsigned b = 0xC2; b <= 0xF4; b++)
+            if (grammar__set_has(alive, b)) return RUN_NONE;
+    return RUN_UPTO;
 }
 
 static struct grammar_posmask *compute(struct grammar *g, const struct grammar_vocab *v,
@@ -240,7 +503,9 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
     int D = v->max_depth + 1;
     int *sd = xmalloc(sizeof(int) * (size_t)D);
     bool *unc = xcalloc((size_t)D, 1);
-    struct i32list acc = {0}, un = {0};
+    struct i32list un = {0};
+    int words = (v->n_vocab + 63) / 64, n_acc = 0;
+    uint64_t *acc = xcalloc((size_t)words, 8); /* accepted tokens, straight into a bitmap */
     /* Returning below the key means the deepest frame's rule finished. */
     const uint64_t *follow = g->follow[g->rule_of[key[n_key - 1]]];
 
@@ -250,20 +515,44 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
     struct grammar_state st0 = {0};
     grammar__state_reserve(&st0, 1);
     st0.leaf[st0.n++] = grammar__node(&w->pool, key[0], parent);
-    sd[0] = intern(w, &st0);
+    sd[0] = intern(g, w, &st0);
     free(st0.leaf);
     for (int i = 1; i < v->n_nodes;) {
         int d = v->tn_depth[i];
         unsigned b = v->tn_byte[i];
         const struct wstate *in = &w->states[sd[d - 1]];
         bool u = unc[d - 1] || (in->unknown && grammar__set_has(follow, b));
+        int t0 = v->tn_first[i], nt = v->tn_ntok[i];
+        if (!grammar__set_has(in->alive, b)) {
+            /* No leaf reads b: the state after it is empty (no stack, no
+             * return), so the subtree is rejected or uncertain as a whole. */
+            if (u) push_range(&un, v, t0, v->tn_last[i]);
+            i = v->tn_end[i];
+            continue;
+        }
         int o_id = step(g, w, sd[d - 1], b);
         sd[d] = o_id;
+        if (w->states[o_id].n > 0) {
+            int h = 0;
+            enum run_verdict rv = run_verdict(g, w, v, o_id, i, u, &h);
+            if (rv == RUN_ALL) n_acc += set_range(acc, v, t0, v->tn_last[i]);
+            if (rv == RUN_UPTO) {
+                int most = v->tn_starts[i] + h;
+                for (int k = t0; k < v->tn_last[i]; k++)
+                    if (v->ord_starts[k] <= most) {
+                        acc[v->order[k] >> 6] |= 1ull << (v->order[k] & 63);
+                        n_acc++;
+                    }
+            }
+            if (rv != RUN_NONE) {
+                i = v->tn_end[i];
+                continue;
+            }
+        }
         const struct wstate *o = &w->states[o_id];
         unc[d] = u;
-        int t0 = v->tn_first[i], nt = v->tn_ntok[i];
         if (o->n > 0 || o->unknown || o->accept)
-            push_range(&acc, v, t0, t0 + nt);
+            n_acc += set_range(acc, v, t0, t0 + nt);
         else if (u)
             push_range(&un, v, t0, t0 + nt);
         if (o->n == 0 && !o->unknown) {
@@ -278,19 +567,19 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
         i++;
     }
     struct grammar_posmask *pm = xcalloc(1, sizeof(*pm));
-    int words = (v->n_vocab + 63) / 64;
-    pm->n_accept = acc.n;
-    if ((size_t)acc.n * 4 < (size_t)words * 8) {
-        pm->accept_list = acc.a;
-        acc.a = NULL;
+    pm->n_accept = n_acc;
+    if ((size_t)n_acc * 4 < (size_t)words * 8) {
+        /* Few tokens: a list ORs faster than a bitmap. */
+        pm->accept_list = xmalloc(sizeof(int32_t) * (size_t)(n_acc ? n_acc : 1));
+        int k = 0;
+        for (int wd = 0; wd < words; wd++)
+            for (uint64_t m = acc[wd]; m; m &= m - 1)
+                pm->accept_list[k++] = wd * 64 + __builtin_ctzll(m);
+        CHECK(k == n_acc);
+        free(acc);
     } else {
-        pm->accept = xcalloc((size_t)words, 8);
-        for (int k = 0; k < acc.n; k++)
-            pm->accept[acc.a[k] >> 6] |= 1ull << (acc.a[k] & 63);
+        pm->accept = acc;
     }
-    pm->uncertain = un.a;
-    pm->n_uncertain = un.n;
-    free(acc.a);
     free(sd);
     free(unc);
     return pm;

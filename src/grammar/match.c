@@ -267,6 +267,16 @@ bool grammar_matcher_accept_token(struct grammar_matcher *m, int32_t token)
     return grammar_matcher_accept_bytes(m, m->v->bytes + o, e - o);
 }
 
+bool grammar_matcher_allows(struct grammar_matcher *m, int32_t token)
+{
+    CHECK(m->v);
+    if (m->terminated || token < 0 || token >= m->v->n_vocab) return false;
+    if (grammar_vocab_is_eog(m->v, token)) return m->cur.accept;
+    if (m->v->cls[token] != GRAMMAR_TOKEN_NORMAL) return false;
+    uint64_t o = m->v->off[token], e = m->v->off[token + 1];
+    return e > o && grammar__matcher_try(m, m->v->bytes + o, e - o);
+}
+
 bool grammar_matcher_is_accepting(const struct grammar_matcher *m)
 {
     return !m->terminated && m->cur.accept;

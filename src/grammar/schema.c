@@ -19,7 +19,10 @@
  *   - numbers: at most 32 integer digits, 32 fraction digits, 4 exponent
  *     digits (bounded so generation ends);
  *   - oneOf is treated as anyOf (exclusivity is not enforced);
- *   - allOf is merged keyword by keyword when the members do not conflict.
+ *   - allOf is merged keyword by keyword when the members do not conflict;
+ *   - not, if/then/else, multipleOf, min/maxProperties, dependentRequired,
+ *     propertyNames and uniqueItems are rewritten into the keywords above
+ *     where that is exact, and refused otherwise (rewrite()).
  * Anything else is an ERR_INVALID naming the keyword and its JSON pointer.
  *
  * Thread: pure function of its input.
@@ -33,8 +36,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SCHEMA_MAX_DEPTH 64 /* nesting of subschemas (refs excluded) */
-#define SCHEMA_MAX_REFS  1024
+#define SCHEMA_MAX_DEPTH    64 /* nesting of subschemas (refs excluded) */
+#define SCHEMA_MAX_REFS     1024
+#define SCHEMA_MAX_MULTIPLE 100 /* multipleOf: remainder automaton of k * 32 rules */
 
 struct refmemo {
     char *ptr; /* JSON pointer text ("#/definitions/a") */
@@ -576,12 +580,68 @@ static int bounds(struct sc *s, json_t *node, const char *path, bool *has_lo, do
     return 0;
 }
 
+/* Integers divisible by k, as a remainder automaton over the decimal digits:
+ * rest(r, left) reads what follows a prefix whose value is r modulo k, with
+ * at most `left` more digits (the 32-digit bound of every integer), and may
+ * end only at remainder 0. -n is a multiple of k when n is. */
+static int multiple_rest(struct sc *s, int *memo, int k, int r, int left)
+{
+    int *slot = &memo[r * 32 + left];
+    if (*slot) return *slot - 1;
+    int rule = helper(s, "multiple");
+    *slot = rule + 1;
+    if (r == 0) grammar__alt(s->b, rule); /* may end here */
+    if (left == 0) return rule;
+    for (int d = 0; d < 10; d++) {
+        int to = (10 * r + d) % k, lo = d;
+        /* digits with the same next remainder share one alternative */
+        bool first = true;
+        for (int e = 0; e < d; e++)
+            first &= (10 * r + e) % k != to;
+        if (!first) continue;
+        struct grammar_cprange set[10];
+        int n = 0;
+        for (int e = lo; e < 10; e++)
+            if ((10 * r + e) % k == to) set[n++] = (struct grammar_cprange){'0' + e, '0' + e};
+        int next = multiple_rest(s, memo, k, to, left - 1);
+        grammar__alt(s->b, rule);
+        grammar__chars(s->b, rule, set, n);
+        grammar__ref(s->b, rule, next);
+    }
+    return rule;
+}
+
+static int multiple_rule(struct sc *s, int k)
+{
+    int *memo = xcalloc((size_t)k * 32, sizeof(int));
+    int r = helper(s, "multiple-of");
+    int sign = grammar__repeat(s->b, "sign", rule_lit(s, "-"), 0, 1);
+    int body = helper(s, "multiple-body");
+    grammar__alt(s->b, body);
+    lit(s, body, "0");
+    for (int d = 1; d <= 9; d++) {
+        grammar__alt(s->b, body);
+        chars(s, body, (uint32_t)('0' + d), (uint32_t)('0' + d));
+        grammar__ref(s->b, body, multiple_rest(s, memo, k, d % k, 31));
+    }
+    grammar__alt(s->b, r);
+    grammar__ref(s->b, r, sign);
+    grammar__ref(s->b, r, body);
+    free(memo);
+    return r;
+}
+
 static int gen_integer(struct sc *s, json_t *node, const char *path)
 {
     bool hl, hh, le, he;
     double lo = 0, hi = 0;
     int rc = bounds(s, node, path, &hl, &lo, &le, &hh, &hi, &he);
     if (rc) return rc;
+    json_t *mul = json_object_get(node, "multipleOf");
+    if (mul) { /* checked by rewrite(): an integer 2..SCHEMA_MAX_MULTIPLE, no bounds */
+        CHECK(!hl && !hh);
+        return multiple_rule(s, (int)json_number_value(mul));
+    }
     if (!hl && !hh) return number_rule(s, true);
     long long a = 0, c = 0;
     if (hl) a = le ? (long long)floor(lo) + 1 : (long long)ceil(lo);
@@ -775,6 +835,19 @@ static int gen_number(struct sc *s, json_t *node, const char *path)
     double lo = 0, hi = 0;
     int rc = bounds(s, node, path, &hl, &lo, &le, &hh, &hi, &he);
     if (rc) return rc;
+    json_t *mul = json_object_get(node, "multipleOf");
+    if (mul) { /* an integral divisor (rewrite()): integers, written with an optional .0 */
+        CHECK(!hl && !hh);
+        int r = helper(s, "multiple-number");
+        int frac = helper(s, "zero-fraction");
+        grammar__alt(s->b, frac);
+        lit(s, frac, ".");
+        grammar__ref(s->b, frac, grammar__repeat(s->b, "zeros", rule_lit(s, "0"), 1, 32));
+        grammar__alt(s->b, r);
+        grammar__ref(s->b, r, multiple_rule(s, (int)json_number_value(mul)));
+        grammar__ref(s->b, r, grammar__repeat(s->b, "zero-fraction", frac, 0, 1));
+        return r;
+    }
     if (!hl && !hh) return number_rule(s, false);
     if (hl && hh && (lo > hi || (lo == hi && (le || he)))) return grammar__rule(s->b, "empty");
     int r = helper(s, "num-range");
@@ -889,8 +962,10 @@ static int gen_array(struct sc *s, json_t *node, const char *path)
     json_t *addl = json_object_get(node, "additionalItems");
     json_t *mn = json_object_get(node, "minItems"), *mx = json_object_get(node, "maxItems");
     json_t *uniq = json_object_get(node, "uniqueItems");
-    if (uniq && !json_is_false(uniq))
-        return fail_kw(s, path, "uniqueItems", "not supported (only false)");
+    /* uniqueItems: true is exact only where an array has at most one item */
+    if (uniq && !json_is_false(uniq) &&
+        !(json_is_true(uniq) && json_is_number(mx) && json_number_value(mx) <= 1))
+        return fail_kw(s, path, "uniqueItems", "not supported (only false, or maxItems <= 1)");
     long long min = 0, max = -1;
     if (mn) {
         if (!json_is_number(mn) || json_number_value(mn) < 0 ||
@@ -1398,6 +1473,383 @@ static int check_allof_additional(struct sc *s, json_t *node, const char *path)
     return 0;
 }
 
+/* ---- keywords exact only in some cases ----
+ *
+ * rewrite() turns them into keywords the generator knows, where that is
+ * exact, and refuses the rest (ERR_INVALID, "not supported", with why):
+ *   not: false / true / {} / a schema of only "type" (the complement of the
+ *     types; not integer-but-number, which needs "numbers with a fraction");
+ *   minProperties: at most the number of required names (always true);
+ *   maxProperties: at least every name that can occur, when
+ *     additionalProperties is false; 0 (only {});
+ *   dependentRequired / draft-4 dependencies with name arrays: a trigger that
+ *     cannot occur, dependents already required, or a required trigger (its
+ *     dependents become required);
+ *   propertyNames: true, false (only {}), or a schema when
+ *     additionalProperties is false: declared names that fail it are
+ *     dropped (a failing required name leaves no valid object);
+ *   multipleOf: an integer k up to SCHEMA_MAX_MULTIPLE, no bounds: integral
+ *     multiples of k (a remainder automaton; numbers may add a ".0" fraction
+ *     and, like bounded numbers, have no exponent).
+ * Keywords about objects or integers are dropped when the schema's types
+ * exclude objects or integers (they constrain nothing then). */
+
+static bool name_in(json_t *arr, const char *name)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(arr, i,
+                       x) if (json_is_string(x) && !strcmp(json_string_value(x), name)) return true;
+    return false;
+}
+
+/* Names that can occur as members when additionalProperties is false:
+ * declared properties and required names. -1 when any name can occur. */
+static int names_possible(json_t *n)
+{
+    if (!json_is_false(json_object_get(n, "additionalProperties"))) return -1;
+    json_t *props = json_object_get(n, "properties"), *req = json_object_get(n, "required");
+    int count = (int)json_object_size(props);
+    size_t i;
+    json_t *x;
+    json_array_foreach(req, i, x)
+    {
+        bool dup = false;
+        for (size_t j = 0; j < i; j++)
+            dup |= json_equal(json_array_get(req, j), x);
+        if (json_is_string(x) && !json_object_get(props, json_string_value(x)) && !dup) count++;
+    }
+    return count;
+}
+
+static void only_empty_object(json_t *n)
+{
+    json_object_set_new(n, "properties", json_object());
+    json_object_set_new(n, "additionalProperties", json_false());
+    json_object_del(n, "required");
+}
+
+/* Drops object (or, with T_INT, integer) from n's types. */
+static void drop_types(json_t *n, int types, int drop)
+{
+    static const char *nm[] = {"null", "boolean", "integer", "number", "string", "array", "object"};
+    int t = types & ~drop;
+    json_t *arr = json_array();
+    for (int i = 0; i < 7; i++)
+        if (t & (1 << i)) json_array_append_new(arr, json_string(nm[i]));
+    json_object_set_new(n, "type", arr);
+}
+
+/* The JSON text of name matches schema sch (compiled on its own). */
+static int name_matches(struct sc *s, json_t *sch, const char *name, const char *path, bool *ok)
+{
+    char *text = json_dumps(sch, JSON_ENCODE_ANY | JSON_COMPACT);
+    json_t *js = json_string(name);
+    char *lit_text = json_dumps(js, JSON_ENCODE_ANY);
+    json_decref(js);
+    struct grammar *g;
+    struct err_msg m = {{0}};
+    int rc = grammar_compile(GRAMMAR_JSON_SCHEMA, text, strlen(text), &g, &m);
+    free(text);
+    if (rc) {
+        free(lit_text);
+        return fail_kw(s, path, "propertyNames",
+                       "not supported for this schema (it must compile "
+                       "on its own, without $ref)");
+    }
+    struct grammar_matcher *mt = grammar_matcher_new(g, NULL);
+    *ok = grammar_matcher_accept_bytes(mt, lit_text, strlen(lit_text)) &&
+          grammar_matcher_is_accepting(mt);
+    grammar_matcher_free(mt);
+    grammar_unref(g);
+    free(lit_text);
+    return 0;
+}
+
+static int rewrite_not(struct sc *s, json_t *n, const char *path, int *types, bool *nothing)
+{
+    json_t *no = json_object_get(n, "not");
+    if (!no) return 0;
+    if (json_is_false(no)) {
+        json_object_del(n, "not");
+        return 0;
+    }
+    if (json_is_true(no) || (json_is_object(no) && json_object_size(no) == 0)) {
+        *nothing = true;
+        return 0;
+    }
+    const char *k;
+    json_t *v;
+    bool only_type = json_is_object(no) && json_object_get(no, "type");
+    if (only_type)
+        json_object_foreach(no, k, v) only_type &= !strcmp(k, "type") || is_annotation(k);
+    if (!only_type)
+        return fail_kw(s, path, "not",
+                       "not supported here (only true, false, {} and {\"type\": ...})");
+    int nt, rc = types_of(s, no, path, &nt);
+    if (rc) return rc;
+    if ((nt & T_INT) && !(nt & T_NUM) && (*types & T_NUM))
+        return fail_kw(s, path, "not", "not supported: integers excluded from numbers");
+    if (nt & T_NUM) nt |= T_INT;
+    drop_types(n, *types, nt);
+    *types &= ~nt;
+    json_object_del(n, "not");
+    if (!*types) *nothing = true;
+    return 0;
+}
+
+static int rewrite_deps(struct sc *s, json_t *n, const char *path, const char *kw)
+{
+    json_t *deps = json_object_get(n, kw);
+    if (!deps) return 0;
+    if (!json_is_object(deps)) return fail_kw(s, path, kw, "must be an object");
+    json_t *req = json_object_get(n, "required");
+    json_t *nreq = json_is_array(req) ? json_copy(req) : json_array();
+    bool possible_any = names_possible(n) < 0;
+    json_t *props = json_object_get(n, "properties");
+    const char *a;
+    json_t *list;
+    json_object_foreach(deps, a, list)
+    {
+        if (!json_is_array(list)) {
+            json_decref(nreq);
+            return fail_kw(s, path, kw, "not supported with a schema (only arrays of names)");
+        }
+        bool can_occur = possible_any || json_object_get(props, a) || name_in(nreq, a);
+        if (!can_occur) continue;
+        bool trigger_required = name_in(nreq, a);
+        size_t i;
+        json_t *x;
+        json_array_foreach(list, i, x)
+        {
+            if (!json_is_string(x)) {
+                json_decref(nreq);
+                return fail_kw(s, path, kw, "must list property names");
+            }
+            if (name_in(nreq, json_string_value(x))) continue;
+            if (!trigger_required) {
+                json_decref(nreq);
+                return fail_kw(s, path, kw,
+                               "not supported: an optional property requiring another optional "
+                               "one");
+            }
+            json_array_append(nreq, x);
+        }
+    }
+    json_object_set_new(n, "required", nreq);
+    json_object_del(n, kw);
+    return 0;
+}
+
+static int rewrite_objects(struct sc *s, json_t *n, const char *path, int *types, bool *nothing)
+{
+    json_t *req = json_object_get(n, "required");
+    int n_req = 0;
+    size_t i;
+    json_t *x;
+    json_array_foreach(req, i, x)
+    {
+        bool dup = false;
+        for (size_t j = 0; j < i; j++)
+            dup |= json_equal(json_array_get(req, j), x);
+        n_req += !dup;
+    }
+    json_t *mn = json_object_get(n, "minProperties"), *mx = json_object_get(n, "maxProperties");
+    if (mn) {
+        if (!json_is_number(mn) || json_number_value(mn) < 0)
+            return fail_kw(s, path, "minProperties", "must be a non-negative integer");
+        if (json_number_value(mn) > n_req)
+            return fail_kw(s, path, "minProperties",
+                           "not supported above the number of required properties");
+        json_object_del(n, "minProperties");
+    }
+    if (mx) {
+        if (!json_is_number(mx) || json_number_value(mx) < 0)
+            return fail_kw(s, path, "maxProperties", "must be a non-negative integer");
+        double m = json_number_value(mx);
+        int possible = names_possible(n);
+        if (m < 1 && n_req > 0) {
+            drop_types(n, *types, T_OBJ);
+            *types &= ~T_OBJ;
+        } else if (m < 1) {
+            only_empty_object(n);
+        } else if (possible < 0 || possible > m) {
+            return fail_kw(s, path, "maxProperties",
+                           "not supported unless additionalProperties is false and no more "
+                           "names can occur");
+        }
+        json_object_del(n, "maxProperties");
+    }
+    int rc = rewrite_deps(s, n, path, "dependentRequired");
+    if (!rc) rc = rewrite_deps(s, n, path, "dependencies");
+    if (rc) return rc;
+    json_t *pn = json_object_get(n, "propertyNames");
+    if (pn && !json_is_true(pn)) {
+        if (json_is_false(pn)) {
+            if (n_req > 0) {
+                drop_types(n, *types, T_OBJ);
+                *types &= ~T_OBJ;
+            } else {
+                only_empty_object(n);
+            }
+        } else if (names_possible(n) < 0) {
+            return fail_kw(s, path, "propertyNames",
+                           "not supported unless additionalProperties is false");
+        } else {
+            json_t *props = json_object_get(n, "properties");
+            json_t *np = json_is_object(props) ? json_copy(props) : json_object();
+            const char *k;
+            json_t *v;
+            bool obj_ok = true;
+            json_object_foreach(props, k, v)
+            {
+                bool ok;
+                if ((rc = name_matches(s, pn, k, path, &ok))) break;
+                if (!ok) json_object_del(np, k);
+            }
+            json_array_foreach(req, i, x)
+            {
+                bool ok = true;
+                if (!rc && json_is_string(x))
+                    rc = name_matches(s, pn, json_string_value(x), path, &ok);
+                obj_ok &= ok;
+            }
+            if (rc) {
+                json_decref(np);
+                return rc;
+            }
+            json_object_set_new(n, "properties", np);
+            if (!obj_ok) {
+                drop_types(n, *types, T_OBJ);
+                *types &= ~T_OBJ;
+            }
+        }
+    }
+    json_object_del(n, "propertyNames");
+    if (!*types) *nothing = true;
+    return 0;
+}
+
+/* if/then/else where the condition is exact: if true / false picks a
+ * branch; if {"type": T} splits the types: anyOf[{type: T} & then,
+ * {type: not T} & else]. *out gets the schema to generate instead. */
+static int rewrite_if(struct sc *s, json_t *n, const char *path, int types, json_t **out)
+{
+    json_t *cond = json_object_get(n, "if");
+    json_t *then_s = json_object_get(n, "then"), *else_s = json_object_get(n, "else");
+    json_t *base = json_copy(n);
+    json_object_del(base, "if");
+    json_object_del(base, "then");
+    json_object_del(base, "else");
+    then_s = then_s ? json_incref(then_s) : json_true();
+    else_s = else_s ? json_incref(else_s) : json_true();
+    int rc = 0;
+    *out = NULL;
+    if (!cond) { /* then / else without if are ignored */
+        *out = json_incref(base);
+    } else if (json_is_true(cond) || json_is_false(cond)) {
+        *out = json_pack("{s:[O,O]}", "allOf", base, json_is_true(cond) ? then_s : else_s);
+    } else {
+        const char *k;
+        json_t *v;
+        bool only_type = json_is_object(cond) && json_object_get(cond, "type");
+        if (only_type)
+            json_object_foreach(cond, k, v) only_type &= !strcmp(k, "type") || is_annotation(k);
+        int ct = 0;
+        if (!only_type)
+            rc =
+                fail_kw(s, path, "if", "not supported here (only true, false and {\"type\": ...})");
+        if (!rc) rc = types_of(s, cond, path, &ct);
+        if (!rc && (ct & T_INT) && !(ct & T_NUM) && (types & T_NUM))
+            rc = fail_kw(s, path, "if", "not supported: integers split from numbers");
+        if (!rc && (json_object_get(base, "anyOf") || json_object_get(base, "oneOf")))
+            rc = fail_kw(s, path, "if", "not supported together with anyOf or oneOf");
+        if (!rc) {
+            if (ct & T_NUM) ct |= T_INT;
+            json_t *yes = json_object(), *no = json_object();
+            drop_types(yes, types, ~ct & T_ALL);
+            drop_types(no, types, ct);
+            *out = json_pack("{s:[{s:[O,o,O]},{s:[O,o,O]}]}", "anyOf", "allOf", base, yes, then_s,
+                             "allOf", base, no, else_s);
+        }
+    }
+    json_decref(base);
+    json_decref(then_s);
+    json_decref(else_s);
+    return rc;
+}
+
+/* *out: a rewritten copy of node (owned by the caller), or NULL when node
+ * needs none. */
+static int rewrite(struct sc *s, json_t *node, const char *path, json_t **out)
+{
+    static const char *kws[] = {"not",
+                                "minProperties",
+                                "maxProperties",
+                                "propertyNames",
+                                "dependentRequired",
+                                "dependencies",
+                                "multipleOf",
+                                "if",
+                                "then",
+                                "else"};
+    *out = NULL;
+    bool any = false;
+    for (size_t i = 0; i < ARRAY_LEN(kws); i++)
+        any |= json_object_get(node, kws[i]) != NULL;
+    if (!any) return 0;
+    json_t *n = json_copy(node);
+    int types, rc = types_of(s, n, path, &types);
+    bool nothing = false;
+    if (!rc &&
+        (json_object_get(n, "if") || json_object_get(n, "then") || json_object_get(n, "else"))) {
+        json_t *alt = NULL;
+        rc = rewrite_if(s, n, path, types, &alt);
+        json_decref(n);
+        *out = alt; /* generated afresh: its members are rewritten in turn */
+        return rc;
+    }
+    if (!rc) rc = rewrite_not(s, n, path, &types, &nothing);
+    if (!rc && !nothing) {
+        if (types & T_OBJ) {
+            rc = rewrite_objects(s, n, path, &types, &nothing);
+        } else {
+            static const char *obj_kws[] = {"minProperties", "maxProperties", "propertyNames",
+                                            "dependentRequired", "dependencies"};
+            for (size_t i = 0; i < ARRAY_LEN(obj_kws); i++)
+                json_object_del(n, obj_kws[i]);
+        }
+    }
+    json_t *mul = json_object_get(n, "multipleOf");
+    if (!rc && !nothing && mul) {
+        double k = json_is_number(mul) ? json_number_value(mul) : 0;
+        if (!(k > 0)) {
+            rc = fail_kw(s, path, "multipleOf", "must be a number above 0");
+        } else if (!(types & (T_INT | T_NUM))) {
+            json_object_del(n, "multipleOf");
+        } else if (k != floor(k) || k > SCHEMA_MAX_MULTIPLE) {
+            rc =
+                fail_kw(s, path, "multipleOf", "not supported (only an integer divisor up to 100)");
+        } else if (json_object_get(n, "minimum") || json_object_get(n, "maximum") ||
+                   json_object_get(n, "exclusiveMinimum") ||
+                   json_object_get(n, "exclusiveMaximum")) {
+            rc = fail_kw(s, path, "multipleOf", "not supported together with bounds");
+        } else if (k == 1) {
+            json_object_del(n, "multipleOf");
+        }
+    }
+    if (rc) {
+        json_decref(n);
+        return rc;
+    }
+    if (nothing) {
+        json_decref(n);
+        n = json_pack("{s:b}", "not-satisfiable", 1);
+    }
+    *out = n;
+    return 0;
+}
+
 static const char *SUPPORTED[] = {"type",
                                   "enum",
                                   "const",
@@ -1422,6 +1874,16 @@ static const char *SUPPORTED[] = {"type",
                                   "maximum",
                                   "exclusiveMinimum",
                                   "exclusiveMaximum",
+                                  "not",
+                                  "multipleOf",
+                                  "minProperties",
+                                  "maxProperties",
+                                  "dependentRequired",
+                                  "dependencies",
+                                  "propertyNames",
+                                  "if",
+                                  "then",
+                                  "else",
                                   "not-satisfiable"};
 
 static int gen(struct sc *s, json_t *node, const char *path)
@@ -1439,6 +1901,7 @@ static int gen(struct sc *s, json_t *node, const char *path)
         return err_set(s->msg, ERR_TOO_LARGE, "json schema: %s: nested too deeply", path);
     }
     int rc = 0;
+    json_t *own = NULL; /* node rewritten by rewrite() */
     json_t *ref = json_object_get(node, "$ref");
     if (ref) {
         /* draft 4-7: keywords next to $ref are ignored by the spec */
@@ -1519,6 +1982,18 @@ static int gen(struct sc *s, json_t *node, const char *path)
         rc = r;
         goto out;
     }
+    if ((rc = rewrite(s, node, path, &own))) goto out;
+    if (own && (json_object_get(own, "allOf") || json_object_get(own, "anyOf"))) {
+        rc = gen(s, own, path); /* if/then/else became a combinator */
+        goto out;
+    }
+    if (own) {
+        node = own;
+        if (json_object_get(node, "not-satisfiable")) {
+            rc = grammar__rule(b, "false");
+            goto out;
+        }
+    }
     int types;
     if ((rc = types_of(s, node, path, &types))) goto out;
     json_t *en = json_object_get(node, "enum"), *cn = json_object_get(node, "const");
@@ -1584,6 +2059,7 @@ static int gen(struct sc *s, json_t *node, const char *path)
     }
     rc = r;
 out:
+    json_decref(own);
     s->depth--;
     return rc;
 }

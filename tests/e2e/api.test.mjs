@@ -265,8 +265,8 @@ test('structured output: json_schema, json_object, regex, text.format; errors na
     });
     assert.equal(typeof JSON.parse(resp.output_text).ok, 'boolean');
     await assert.rejects(openai.chat.completions.create({ model: MODEL, messages: chatMsgs,
-        response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', not: {} } } } }),
-    (e) => e.status === 400 && /not: unsupported keyword/.test(e.message));
+        response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', contains: {} } } } }),
+    (e) => e.status === 400 && /contains: unsupported keyword/.test(e.message));
     await assert.rejects(openai.chat.completions.create({ model: MODEL, messages: chatMsgs,
         response_format: { type: 'xml' } }),
     (e) => e.status === 400 && e.param === 'response_format.type');

@@ -343,17 +343,73 @@ TEST(schema_combinators_and_refs)
 TEST(schema_errors)
 {
     EXPECT(compile_error(GRAMMAR_JSON_SCHEMA,
-                         "{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}}}}",
-                         "#/properties/a/not: unsupported keyword"));
+                         "{\"type\":\"object\",\"properties\":{\"a\":{\"contains\":{}}}}",
+                         "#/properties/a/contains: unsupported keyword"));
+    EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"not\":{\"enum\":[1]}}", "#/not: not supported"));
     EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"patternProperties\":{}}", "#/patternProperties"));
     EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"type\":\"strin\"}", "unknown type"));
     EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"$ref\":\"http://x/y\"}", "$ref"));
     EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"format\":\"hostname\"}", "unsupported format"));
     EXPECT(
         compile_error(GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"(\"}", "#/pattern"));
-    EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"multipleOf\":2}", "#/multipleOf"));
+    EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"multipleOf\":2.5}", "#/multipleOf"));
+    EXPECT(compile_error(GRAMMAR_JSON_SCHEMA,
+                         "{\"type\":\"integer\",\"multipleOf\":3,\"minimum\":1}",
+                         "#/multipleOf: not supported together with bounds"));
+    EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"minProperties\":1}", "#/minProperties"));
+    EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"maxProperties\":1}", "#/maxProperties"));
+    EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"propertyNames\":{\"maxLength\":2}}",
+                         "#/propertyNames"));
+    EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"dependentRequired\":{\"a\":[\"b\"]}}",
+                         "#/dependentRequired"));
+    EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"uniqueItems\":true}",
+                         "#/uniqueItems"));
     EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"type\":", "not valid JSON"));
     EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "false", "matches no input"));
+}
+
+/* Keywords exact only in some cases (schema.c rewrite()). */
+TEST(schema_partial_keywords)
+{
+    const char *mul = "{\"type\":\"integer\",\"multipleOf\":7}";
+    for (int x = -200; x <= 200; x++) {
+        char t[32];
+        snprintf(t, sizeof(t), "%d", x);
+        EXPECT(match(GRAMMAR_JSON_SCHEMA, mul, t) == (x % 7 == 0));
+    }
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, mul, "700000000000000000000000000007") == 1);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, mul, "700000000000000000000000000008") == 0);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, "{\"type\":\"number\",\"multipleOf\":4}", "12.00") == 1);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, "{\"type\":\"number\",\"multipleOf\":4}", "12.5") == 0);
+    const char *nots = "{\"not\":{\"type\":[\"string\",\"number\"]}}";
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, nots, "\"a\"") == 0);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, nots, "3") == 0);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, nots, "null") == 1);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, nots, "[1]") == 1);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, "{\"not\":{}}", "1") == -1); /* matches nothing */
+    const char *names = "{\"type\":\"object\",\"propertyNames\":{\"pattern\":\"^[a-z]+$\"},"
+                        "\"properties\":{\"ab\":{},\"B1\":{}},\"additionalProperties\":false}";
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, names, "{\"ab\":1}") == 1);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, names, "{\"B1\":1}") == 0);
+    const char *maxp = "{\"type\":\"object\",\"maxProperties\":0}";
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, maxp, "{}") == 1);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, maxp, "{\"a\":1}") == 0);
+    const char *dep = "{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},"
+                      "\"required\":[\"a\"],\"dependentRequired\":{\"a\":[\"b\"]}}";
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, dep, "{\"a\":1,\"b\":2}") == 1);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, dep, "{\"a\":1}") == 0);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"uniqueItems\":true,\"maxItems\":1}",
+                 "[1]") == 1);
+    const char *ite = "{\"if\":{\"type\":\"string\"},\"then\":{\"maxLength\":2},"
+                      "\"else\":{\"type\":\"integer\",\"multipleOf\":5}}";
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, ite, "\"ab\"") == 1);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, ite, "\"abc\"") == 0);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, ite, "15") == 1);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, ite, "16") == 0);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, ite, "null") == 0);
+    EXPECT(match(GRAMMAR_JSON_SCHEMA, "{\"if\":false,\"then\":false}", "[]") == 1);
+    EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"if\":{\"minimum\":3},\"then\":{}}",
+                         "#/if: not supported"));
 }
 
 /* ---- masks ---- */

@@ -64,11 +64,14 @@ static void setup(void)
     atexit(cleanup);
 }
 
+static bool inline_masks; /* engines made by engine() fill masks inline */
+
 static inferd_engine *engine(void)
 {
     setup();
     struct inferd_engine_config cfg;
     inferd_engine_config_default(&cfg);
+    cfg.grammar_inline = inline_masks;
     cfg.n_threads = 1;
     cfg.max_ctx = 512;
     cfg.max_seqs = 8;
@@ -194,8 +197,8 @@ TEST(bad_grammar_fails_at_submit)
     inferd_engine *e = engine();
     uint64_t id;
     char err[512] = {0};
-    int rc =
-        submit(e, INFERD_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"not\":{}}", 1, 10, &id, err);
+    int rc = submit(e, INFERD_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"not\":{\"enum\":[1]}}",
+                    1, 10, &id, err);
     EXPECT(rc != 0);
     EXPECT(strstr(err, "#/not") != NULL);
     rc = submit(e, INFERD_GRAMMAR_EBNF, "root ::= (", 1, 10, &id, err);
@@ -229,6 +232,59 @@ TEST(same_tokens_alone_and_in_a_crowd)
         EXPECT(memcmp(&crowd.ev[i].logprob, &alone.ev[i].logprob, sizeof(float)) == 0);
     check_run(GRAMMAR_REGEX, re, &alone);
     inferd_engine_free(e);
+}
+
+/* Masks filled by the helper thread during the forward and inline after it
+ * give bitwise the same events, for requests sampling together. */
+TEST(same_output_with_and_without_overlap)
+{
+    static const struct {
+        enum inferd_grammar_kind kind;
+        const char *src;
+    } reqs[4] = {
+        {INFERD_GRAMMAR_JSON_OBJECT, ""},
+        {INFERD_GRAMMAR_REGEX, "[a-z]{2,6}(-[0-9]{1,3}){1,3}"},
+        {INFERD_GRAMMAR_JSON_SCHEMA,
+         "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"string\",\"maxLength\":12},"
+         "\"k\":{\"type\":\"integer\",\"multipleOf\":3}},\"required\":[\"n\",\"k\"]}"},
+        {INFERD_GRAMMAR_EBNF, "root ::= (\"yes\" | \"no\") (\",\" [0-9]{1,3}){0,3}"},
+    };
+    static struct inferd_event evs[2][4096];
+    int n_ev[2] = {0, 0};
+    for (int mode = 0; mode < 2; mode++) {
+        inline_masks = mode == 1;
+        inferd_engine *e = engine();
+        uint64_t ids[4];
+        char err[512];
+        for (int i = 0; i < 4; i++)
+            EXPECT_EQ_INT(submit(e, reqs[i].kind, reqs[i].src, 500 + (uint64_t)i, 80, &ids[i], err),
+                          0);
+        int finished = 0;
+        for (int guard = 0; guard < 1000 && finished < 4; guard++) {
+            inferd_engine_step(e);
+            struct inferd_event ev;
+            while (inferd_poll(e, &ev)) {
+                if (n_ev[mode] < 4096) evs[mode][n_ev[mode]++] = ev;
+                finished += ev.finish != INFERD_FINISH_NONE;
+            }
+        }
+        EXPECT_EQ_INT(finished, 4);
+        inferd_engine_free(e);
+    }
+    inline_masks = false;
+    EXPECT(n_ev[0] > 20);
+    EXPECT_EQ_INT(n_ev[0], n_ev[1]);
+    for (int i = 0; i < n_ev[0] && i < n_ev[1]; i++) {
+        const struct inferd_event *a = &evs[0][i], *b = &evs[1][i];
+        EXPECT(a->request - evs[0][0].request == b->request - evs[1][0].request);
+        EXPECT_EQ_INT(a->token, b->token);
+        EXPECT_EQ_INT(a->finish, b->finish);
+        EXPECT(memcmp(&a->logprob, &b->logprob, sizeof(float)) == 0);
+        EXPECT_EQ_INT(a->n_top, b->n_top);
+        for (int k = 0; k < a->n_top && k < b->n_top; k++)
+            EXPECT(a->top[k].token == b->top[k].token &&
+                   memcmp(&a->top[k].logprob, &b->top[k].logprob, sizeof(float)) == 0);
+    }
 }
 
 TEST_MAIN()
