@@ -75,9 +75,9 @@ TEST(sequence_kind)
     EXPECT(compile_error(GRAMMAR_SEQUENCE, "[[\"a\", 5]]", "[0][1]: expected a string or"));
     EXPECT(compile_error(GRAMMAR_SEQUENCE, "[[\"a\"", "not valid JSON"));
     EXPECT(compile_error(GRAMMAR_SEQUENCE,
-                         "[[\"a\", {\"schema\": {\"properties\": {\"x\": {\"not\": {}}}}, "
+                         "[[\"a\", {\"schema\": {\"properties\": {\"x\": {\"contains\": {}}}}, "
                          "\"label\": \"tools[3] 'f'\"}]]",
-                         "tools[3] 'f': json schema: #/properties/x/not"));
+                         "tools[3] 'f': json schema: #/properties/x/contains"));
     EXPECT(compile_error(GRAMMAR_SEQUENCE, "[[{\"schema\": {\"type\": \"blob\"}}]]", "[0][0]: "));
 }
 
