@@ -118,6 +118,7 @@ struct client {
     struct conn *all;                 /* every connection */
     struct bench_record *recs;        /* (w->n) in item order */
     char **texts;                     /* (w->n) kept texts or NULL */
+    bool sessions;                    /* chat sessions: answers go back in later turns */
     char *model_json;                 /* JSON-encoded model name */
     struct buf body;                  /* scratch request body */
     struct i32vec toks;               /* scratch prompt tokens */
@@ -168,13 +169,61 @@ static struct heap_ent heap_pop(struct client *c)
 
 /* ---- requests ---- */
 
+/* Appends text as a JSON string (answers are arbitrary text; bytes that are
+ * not UTF-8 go as they are, the server reports them). */
+static void put_json_string(struct buf *b, const char *text)
+{
+    json_t *s = json_string(text);
+    if (!s) s = json_string_nocheck(text);
+    char *enc = json_dumps(s, JSON_ENCODE_ANY);
+    CHECK(enc);
+    buf_puts(b, enc);
+    free(enc);
+    json_decref(s);
+}
+
+/* A chat-session turn as the conversation a chat client sends: the system
+ * prompt (the session's shared prefix), then every earlier turn's user
+ * message and the answer the server actually gave, then this turn's user
+ * message. The answers are real, so a server that keeps a finished turn's
+ * KV can serve the history from its cache. */
+static void build_conversation(struct client *c, int32_t item)
+{
+    const struct bench_workload *w = c->w;
+    const struct bench_item *it = &w->items[item];
+    struct buf *b = &c->body;
+    c->toks.n = 0; /* the turns of the session, newest first */
+    for (int32_t j = item; j >= 0; j = w->items[j].after)
+        i32vec_push(&c->toks, j);
+    buf_puts(b, "\"messages\":[");
+    if (it->n_sys_blocks > 0) {
+        buf_puts(b, "{\"role\":\"system\",\"content\":\"");
+        bench_item_range_text(w, item, 0, it->n_sys_blocks * w->block_tokens, b);
+        buf_puts(b, "\"},");
+    }
+    for (size_t k = c->toks.n; k-- > 0;) {
+        int32_t j = c->toks.v[k];
+        const struct bench_item *t = &w->items[j];
+        buf_puts(b, "{\"role\":\"user\",\"content\":\"");
+        bench_item_range_text(w, j, t->user_block, t->n_user, b); /* words: no escaping */
+        buf_puts(b, "\"}");
+        if (j == item) break;
+        buf_puts(b, ",{\"role\":\"assistant\",\"content\":");
+        put_json_string(b, c->texts[j] ? c->texts[j] : "");
+        buf_puts(b, "},");
+    }
+    buf_puts(b, "],");
+}
+
 static void build_body(struct client *c, int32_t item)
 {
     const struct bench_item *it = &c->w->items[item];
     struct buf *b = &c->body;
     buf_clear(b);
     buf_printf(b, "{\"model\":%s,", c->model_json);
-    if (c->t->chat) {
+    if (c->t->chat && it->n_user > 0) {
+        build_conversation(c, item);
+    } else if (c->t->chat) {
         buf_puts(b, "\"messages\":[{\"role\":\"user\",\"content\":\"");
         bench_item_text(c->w, item, b); /* words need no JSON escaping */
         buf_puts(b, "\"}],");
@@ -383,7 +432,7 @@ static void send_item(struct client *c, int32_t item, double due, double ready)
     struct flight *f = xcalloc(1, sizeof(*f));
     f->c = c;
     f->item = item;
-    bench_sse_init(&f->sse, c->o->keep_text);
+    bench_sse_init(&f->sse, c->o->keep_text || c->sessions);
     f->conn = get_conn(c);
     build_body(c, item);
     struct evhttp_request *req = evhttp_request_new(on_done, f);
@@ -520,7 +569,10 @@ int bench_client_run(const struct bench_workload *w, const struct bench_target *
             c.follow_next[i] = c.follow_head[w->items[i].after];
             c.follow_head[w->items[i].after] = i;
         }
-    if (texts) c.texts = xcalloc((size_t)w->n, sizeof(char *));
+    /* chat sessions send earlier answers back: keep every answer */
+    for (int32_t i = 0; i < w->n; i++)
+        c.sessions |= t->chat && w->items[i].n_user > 0 && w->items[i].after >= 0;
+    if (texts || c.sessions) c.texts = xcalloc((size_t)w->n, sizeof(char *));
     for (int32_t i = 0; i < w->n; i++) {
         c.recs[i].item = i;
         c.recs[i].first_s = -1;
@@ -563,7 +615,13 @@ int bench_client_run(const struct bench_workload *w, const struct bench_target *
     buf_release(&c.body);
     i32vec_release(&c.toks);
     *recs = c.recs;
-    if (texts) *texts = c.texts;
+    if (texts) {
+        *texts = c.texts;
+    } else if (c.texts) {
+        for (int32_t i = 0; i < w->n; i++)
+            free(c.texts[i]);
+        free(c.texts);
+    }
     return 0;
 }
 

@@ -19,7 +19,12 @@
  * Prompts: token ids through /v1/completions ("prompt": [ids]) by default,
  * so a server sees exactly the trace's blocks; with text mode the words of
  * bench_item_text, to /v1/completions ("prompt": "...") or, with chat, to
- * /v1/chat/completions as one user message.
+ * /v1/chat/completions as one user message. Chat sessions (synthetic
+ * multiturn / agentic with chat) go as the conversation a chat client sends:
+ * a system message (the shared prefix), each earlier turn's user message and
+ * the server's real answer to it (kept from its stream), then the new user
+ * message. The history's length then depends on the server's answers (and
+ * its tokenizer): usage.prompt_tokens is what counts.
  *
  * The client raises the soft open-file limit to the hard limit at start
  * (setrlimit), since every open stream is a socket.

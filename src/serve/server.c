@@ -1262,6 +1262,7 @@ static int load(struct server *s, const struct serve_config *cfg, struct err_msg
     ec.max_seqs = cfg->max_seqs;
     ec.kv_blocks = cfg->kv_blocks;
     ec.token_budget = cfg->token_budget;
+    ec.prefill_step_ratio = cfg->prefill_step_ratio;
     ec.max_waiting = cfg->max_queue;
     if ((rc = inferd_engine_new(s->model, &ec, &s->engine, err, sizeof(err))))
         return err_set(msg, rc, "engine: %s", err);
