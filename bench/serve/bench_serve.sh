@@ -10,7 +10,11 @@
 #      run starts from a cold cache). Each turn sends the whole conversation
 #      as a chat client does: the system prompt, every earlier user message
 #      and the server's real answer to it, then a new user message of $INPUT
-#      tokens; the answer is $OUTPUT tokens (ignore_eos). Reports output
+#      tokens; the answer is $OUTPUT tokens (ignore_eos), made of common
+#      one-token English words (--answer-words, a logit bias: random weights
+#      would otherwise answer random tokens whose text re-tokenizes
+#      differently, unlike a trained model's; ANSWER_WORDS=0 shows that
+#      case). Reports output
 #      tokens/s, TTFT and TPOT p50/p99, ITL p50/p99, the server's prefix hit
 #      ratio, the prefill share of the work and how much of each turn's
 #      history (previous prompt + answer) was prefilled again; the batching
@@ -24,11 +28,10 @@
 # decoding streams costs at most that many decode-only steps.
 #
 # Usage: [TOKEN_BUDGET=N] [PREFILL_RATIO=R] [TURNS=N] [INPUT=N] [OUTPUT=N]
-#        bench/serve/bench_serve.sh [BUILD_DIR] [OUT_DIR]
+#        [ANSWER_WORDS=0|1] bench/serve/bench_serve.sh [BUILD_DIR] [OUT_DIR]
 # Figures go to OUT_DIR (default /tmp/inferd-bench-serve): summary JSON per
 # run and a report on stdout. Random weights: speed figures are real, text is
-# not meaningful (and re-tokenizes differently from the generated tokens,
-# which is why part of each answer is prefilled again; see docs/benchmarks.md).
+# not meaningful.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build/release}
@@ -55,6 +58,7 @@ run() { # run NAME ARGS...
 turns=${TURNS:-3}
 chats=(--synthetic agentic --chat --sessions 8 --turns "$turns" --prefix-tokens 1008
        --input "${INPUT:-64}" --output "${OUTPUT:-256}" --think 0)
+[ "${ANSWER_WORDS:-1}" = 1 ] && chats+=(--answer-words)
 run c1 "${chats[@]}" --concurrency 1 --seed 11
 run c8 "${chats[@]}" --concurrency 8 --seed 12
 run ttft --synthetic prefix --groups 3 --users-per-group 4 --prefix-tokens 896 --input 100 \

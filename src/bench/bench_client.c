@@ -260,6 +260,7 @@ static void build_body(struct client *c, int32_t item)
     if (c->t->ignore_eos) buf_puts(b, ",\"ignore_eos\":true");
     if (c->o->temperature >= 0) buf_printf(b, ",\"temperature\":%g", c->o->temperature);
     if (c->o->seed >= 0) buf_printf(b, ",\"seed\":%lld", (long long)c->o->seed);
+    if (c->t->logit_bias[0]) buf_printf(b, ",\"logit_bias\":%s", c->t->logit_bias);
     buf_putc(b, '}');
 }
 
@@ -649,8 +650,8 @@ static void on_get_done(struct evhttp_request *req, void *arg)
     event_base_loopbreak(g->base);
 }
 
-int bench_client_get(const struct bench_target *t, const char *path, struct buf *out, int *status,
-                     struct err_msg *m)
+static int http_call(const struct bench_target *t, enum evhttp_cmd_type cmd, const char *path,
+                     const char *body, struct buf *out, int *status, struct err_msg *m)
 {
     struct event_base *base = event_base_new();
     if (!base) return err_set(m, ERR_INTERNAL, "cannot create the event loop");
@@ -661,14 +662,80 @@ int bench_client_get(const struct bench_target *t, const char *path, struct buf 
     struct evhttp_request *req = evhttp_request_new(on_get_done, &g);
     char host[300], full[512];
     snprintf(host, sizeof(host), "%s:%d", t->host, t->port);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Host", host);
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Host", host);
+    if (body) {
+        evhttp_add_header(h, "Content-Type", "application/json");
+        evbuffer_add(evhttp_request_get_output_buffer(req), body, strlen(body));
+    }
     snprintf(full, sizeof(full), "%s%s", t->base_path, path);
     int rc = 0;
-    if (evhttp_make_request(evcon, req, EVHTTP_REQ_GET, full) == 0) event_base_dispatch(base);
+    if (evhttp_make_request(evcon, req, cmd, full) == 0) event_base_dispatch(base);
     evhttp_connection_free(evcon);
     event_base_free(base);
     *status = g.status;
-    if (!g.status) rc = err_set(m, -ECONNREFUSED, "GET %s from %s: no response", full, host);
+    if (!g.status)
+        rc = err_set(m, -ECONNREFUSED, "%s %s from %s: no response", body ? "POST" : "GET", full,
+                     host);
+    return rc;
+}
+
+int bench_client_get(const struct bench_target *t, const char *path, struct buf *out, int *status,
+                     struct err_msg *m)
+{
+    return http_call(t, EVHTTP_REQ_GET, path, NULL, out, status, m);
+}
+
+int bench_client_post(const struct bench_target *t, const char *path, const char *body,
+                      struct buf *out, int *status, struct err_msg *m)
+{
+    return http_call(t, EVHTTP_REQ_POST, path, body, out, status, m);
+}
+
+int bench_target_answer_words(struct bench_target *t, struct err_msg *m)
+{
+    struct buf text = {0}, out = {0};
+    for (int32_t i = 0; i < BENCH_N_WORDS; i++)
+        buf_puts(&text, bench_token_word(i));
+    /* inferd spells it add_special, vLLM add_special_tokens */
+    json_t *req = json_pack("{s:s,s:s,s:b,s:b}", "model", t->model, "prompt", buf_str(&text),
+                            "add_special", 0, "add_special_tokens", 0);
+    char *body = json_dumps(req, 0);
+    json_decref(req);
+    CHECK(body);
+    int status = 0;
+    int rc = bench_client_post(t, "/tokenize", body, &out, &status, m);
+    free(body);
+    buf_release(&text);
+    if (rc) goto out;
+    json_t *o = json_loadb(out.data ? out.data : "", out.len, 0, NULL);
+    json_t *toks = json_object_get(o, "tokens");
+    if (status != 200 || !json_is_array(toks) || json_array_size(toks) != BENCH_N_WORDS) {
+        rc = err_set(m, ERR_PROTOCOL,
+                     "--answer-words: POST /tokenize gave HTTP %d and %d tokens for %d words "
+                     "(the server must tokenize, and each word be one token)",
+                     status, json_is_array(toks) ? (int)json_array_size(toks) : -1, BENCH_N_WORDS);
+        json_decref(o);
+        goto out;
+    }
+    struct buf bias = {0};
+    buf_putc(&bias, '{');
+    for (size_t i = 0; i < BENCH_N_WORDS; i++) {
+        json_t *v = json_array_get(toks, i);
+        if (!json_is_integer(v)) {
+            rc = err_set(m, ERR_PROTOCOL, "--answer-words: /tokenize: tokens[%zu] is not an id", i);
+            break;
+        }
+        buf_printf(&bias, "%s\"%lld\":100", i ? "," : "", (long long)json_integer_value(v));
+    }
+    buf_putc(&bias, '}');
+    if (!rc && bias.len >= sizeof(t->logit_bias))
+        rc = err_set(m, ERR_PROTOCOL, "--answer-words: logit_bias too long");
+    if (!rc) snprintf(t->logit_bias, sizeof(t->logit_bias), "%s", buf_str(&bias));
+    buf_release(&bias);
+    json_decref(o);
+out:
+    buf_release(&out);
     return rc;
 }
 

@@ -219,6 +219,8 @@ static const char *const words[] = {
     " only", " do",    " could", " new",   " about", " two",  " then", " first", " also",  " after",
     " any",  " like",  " our",   " should"};
 
+_Static_assert(ARRAY_LEN(words) == BENCH_N_WORDS, "BENCH_N_WORDS names the word count");
+
 const char *bench_token_word(int32_t tok)
 {
     return words[(uint32_t)tok % ARRAY_LEN(words)];

@@ -106,6 +106,8 @@ void bench_item_text(const struct bench_workload *w, int32_t i, struct buf *out)
  * (the words of bench_item_text). */
 void bench_item_range_text(const struct bench_workload *w, int32_t i, int32_t from_block,
                            int32_t n_tokens, struct buf *out);
+/* Words of text mode: bench_token_word(t) is word t mod BENCH_N_WORDS. */
+#define BENCH_N_WORDS 74
 /* The JSON-escaped-safe word of a token id (text mode). */
 const char *bench_token_word(int32_t tok);
 

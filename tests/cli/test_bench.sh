@@ -99,6 +99,12 @@ assert [x["input_tokens"] for x in r] == [40, 53, 66, 40, 53, 66], [x["input_tok
 assert [x["cached_tokens"] for x in r[:3]] == [0, 32, 48], [x["cached_tokens"] for x in r]
 assert r[3]["cached_tokens"] == 32 and all(x["ok"] for x in r)' "$dir/cs/records.jsonl"
 
+# --answer-words needs the server's /tokenize (the mock has none): a clear error
+rc=0; err=$(bench --url "http://127.0.0.1:$port" --chat --answer-words --requests 1 --input 4 \
+    --output 2 2>&1) || rc=$?
+if [ "$rc" -eq 1 ] && [[ "$err" == *"--answer-words: POST /tokenize gave HTTP"* ]]; then
+    ok "--answer-words without /tokenize is a clear error"; else fail "answer words: $rc $err"; fi
+
 # 2. speculation only through Prometheus counters (scraped before and after)
 start_mock prom --ttft-ms 5 --itl-ms 2 --spec-k 4 --spec-accept 2 --spec-metrics-only
 "$INFERD_BIN" bench --no-progress --url "http://127.0.0.1:$port" --input 32 --output 7 \
