@@ -39,18 +39,20 @@
 #ifndef INFERD_ENGINE_STEPCOST_H
 #define INFERD_ENGINE_STEPCOST_H
 
+#include <stdbool.h>
+
 #define STEPCOST_DECAY 0.97 /* weight kept per new observation (~33-step memory) */
 
 struct stepcost {
-    double sw;  /* sum of weights */
-    double sn;  /* weighted sum of n */
-    double snn; /* weighted sum of n^2 */
-    double st;  /* weighted sum of seconds */
-    double snt; /* weighted sum of n * seconds */
-    int n_obs;  /* observations so far */
-    double a_s; /* fitted fixed cost per step, seconds (valid when fitted) */
-    double b_s; /* fitted cost per token, seconds (valid when fitted) */
-    int fitted; /* a_s and b_s come from observations with spread in n */
+    double sw;   /* sum of weights */
+    double sn;   /* weighted sum of n */
+    double snn;  /* weighted sum of n^2 */
+    double st;   /* weighted sum of seconds */
+    double snt;  /* weighted sum of n * seconds */
+    int n_obs;   /* observations so far */
+    double a_s;  /* fitted fixed cost per step, seconds (valid when fitted) */
+    double b_s;  /* fitted cost per token, seconds (valid when fitted) */
+    bool fitted; /* a_s and b_s come from observations with spread in n */
 };
 
 void stepcost_init(struct stepcost *c);
