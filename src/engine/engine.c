@@ -13,8 +13,10 @@
  *      keeps the step within prefill_step_ratio decode-only steps, by the
  *      engine's own measured step costs (stepcost.h, Sarathi-Serve's
  *      stall-free batching): a prompt arriving never stalls the streams
- *      already decoding. Admission looks the request's full blocks up
- *      in the prefix cache (kv/prefix.h) and attaches the hits; prefill
+ *      already decoding (those of its priority or higher; a prompt that
+ *      outranks every decode keeps the whole budget). Admission looks the
+ *      request's full blocks up in the prefix cache (kv/prefix.h) and
+ *      attaches the hits; prefill
  *      starts after them. The block holding the last known token is never
  *      attached: at least one token is computed, to produce logits.
  *
@@ -70,6 +72,7 @@
 #include "kv/prefix.h"
 #include "model/model.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -785,21 +788,27 @@ int inferd_engine_step(inferd_engine *e)
     const int budget = e->cfg.token_budget;
     /* Decode tokens first: one per running request with exactly one token
      * not yet in the cache. */
+    int top_decode_priority = INT_MIN; /* highest priority decoding in this step */
     for (int i = 0; i < e->n_reqs && n_batch < budget; i++) {
         struct req *q = e->order[i];
         if (q->state != REQ_STATE_RUNNING || q->n_tokens - q->n_computed != 1) continue;
-        batch_add_preempting(e, q, 1, &n_batch, &n_seqs);
+        if (batch_add_preempting(e, q, 1, &n_batch, &n_seqs))
+            top_decode_priority = MAX(top_decode_priority, q->priority);
     }
     /* Then prompt chunks (and recomputation after preemption) and
      * admissions, in priority order. A request that cannot get its blocks
      * stops the pass, so later ones do not overtake it. Next to decodes the
      * step holds only as many tokens as keep it within prefill_step_ratio
-     * decode-only steps (stepcost.h); alone, prefill fills the budget. */
+     * decode-only steps (stepcost.h); alone, prefill fills the budget. The
+     * bound protects streams at least as important as the prompt: a prompt
+     * of higher priority than every decode is not slowed for them. */
     const int limit = e->cfg.prefill_step_ratio > 0
                           ? stepcost_limit(&e->cost, n_batch, e->cfg.prefill_step_ratio, budget)
                           : budget;
-    for (int i = 0; i < e->n_reqs && n_batch < limit; i++) {
+    for (int i = 0; i < e->n_reqs && n_batch < budget; i++) {
         struct req *q = e->order[i];
+        const int cap = q->priority > top_decode_priority ? budget : limit;
+        if (n_batch >= cap) break; /* the rest rank no higher: same cap */
         if (q->batch_seq >= 0 || q->state == REQ_STATE_FINISHED) continue;
         int hit = -1; /* blocks attached if q is admitted now */
         if (q->state == REQ_STATE_WAITING) {
@@ -810,7 +819,7 @@ int inferd_engine_step(inferd_engine *e)
         } else if (q->n_tokens - q->n_computed == 1) {
             continue; /* decoding: handled above (or out of budget) */
         }
-        int n = MIN(q->n_tokens - q->n_computed, limit - n_batch);
+        int n = MIN(q->n_tokens - q->n_computed, cap - n_batch);
         bool added = batch_add_preempting(e, q, n, &n_batch, &n_seqs);
         if (hit >= 0 && q->state == REQ_STATE_RUNNING && q->kv.n_blocks == 0)
             unadmit(e, q);
