@@ -16,9 +16,9 @@
  *      already decoding (those of its priority or higher; a prompt that
  *      outranks every decode keeps the whole budget). Admission looks the
  *      request's full blocks up in the prefix cache (kv/prefix.h) and
- *      attaches the hits; prefill
- *      starts after them. The block holding the last known token is never
- *      attached: at least one token is computed, to produce logits.
+ *      attaches the hits; prefill starts after them. The block holding the
+ *      last known token is never attached: at least one token is computed,
+ *      to produce logits.
  *
  * KV blocks are reserved before the forward (a free block, else the prefix
  * cache's least recently used one is evicted). A request that cannot get a
