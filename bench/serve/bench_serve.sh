@@ -4,20 +4,31 @@
 # Starts `inferd serve` on the qwen2.5-0.5b preset (Q8_0, random weights, 2
 # threads) and drives it with `inferd bench`:
 #
-#   1. agentic chats: 8 sessions of multi-turn conversations that share one
-#      ~1,000-token system prompt, run with 1 client and then with 8 concurrent
-#      clients (fresh seeds, so each run starts from a cold cache). Reports
-#      output tokens/s, TTFT and TPOT p50/p99, ITL p50/p99 and the server's
-#      prefix hit ratio; the batching gain is tokens/s(8) / tokens/s(1).
+#   1. chats: 8 sessions of $TURNS-turn conversations through
+#      /v1/chat/completions that share one ~1,000-token system prompt, run
+#      with 1 client and then with 8 concurrent clients (fresh seeds, so each
+#      run starts from a cold cache). Each turn sends the whole conversation
+#      as a chat client does: the system prompt, every earlier user message
+#      and the server's real answer to it, then a new user message of $INPUT
+#      tokens; the answer is $OUTPUT tokens (ignore_eos), made of common
+#      one-token English words (--answer-words, a logit bias: random weights
+#      would otherwise answer random tokens whose text re-tokenizes
+#      differently, unlike a trained model's; ANSWER_WORDS=0 shows that
+#      case). Reports output
+#      tokens/s, TTFT and TPOT p50/p99, ITL p50/p99, the server's prefix hit
+#      ratio, the prefill share of the work and how much of each turn's
+#      history (previous prompt + answer) was prefilled again; the batching
+#      gain is tokens/s(8) / tokens/s(1).
 #   2. cached vs uncached TTFT: groups of requests sharing a 896-token prefix
 #      with 100 own tokens each, one at a time: the first of each group is
 #      uncached, the others ~90% cached; TTFT medians of both kinds.
 #
-# Each turn: 32 new user tokens, a 128-token answer. The server runs with
-# --token-budget $TOKEN_BUDGET (default 128): small steps keep decoding smooth
-# while other clients' prompts are prefilled.
+# The server runs with --token-budget $TOKEN_BUDGET (default 512) and
+# --prefill-ratio $PREFILL_RATIO (default 2): a step that prefills next to
+# decoding streams costs at most that many decode-only steps.
 #
-# Usage: [TOKEN_BUDGET=N] bench/serve/bench_serve.sh [BUILD_DIR] [OUT_DIR]
+# Usage: [TOKEN_BUDGET=N] [PREFILL_RATIO=R] [TURNS=N] [INPUT=N] [OUTPUT=N]
+#        [ANSWER_WORDS=0|1] bench/serve/bench_serve.sh [BUILD_DIR] [OUT_DIR]
 # Figures go to OUT_DIR (default /tmp/inferd-bench-serve): summary JSON per
 # run and a report on stdout. Random weights: speed figures are real, text is
 # not meaningful.
@@ -31,7 +42,8 @@ model=$out/qwen2.5-0.5b-q8_0.gguf
 [ -f "$model" ] || "$bin" model make --preset qwen2.5-0.5b --type q8_0 -o "$model" >/dev/null
 
 "$bin" serve -m "$model" --name qwen --port 0 --port-file "$out/port" --data-dir "$out/data" \
-    --threads 2 --ctx 4096 --max-seqs 16 --token-budget "${TOKEN_BUDGET:-128}" \
+    --threads 2 --ctx 4096 --max-seqs 16 --token-budget "${TOKEN_BUDGET:-512}" \
+    --prefill-ratio "${PREFILL_RATIO:-2}" \
     >"$out/serve.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
@@ -43,16 +55,18 @@ run() { # run NAME ARGS...
     local name=$1; shift
     "$bin" bench --url "$url" --model qwen --no-progress --out "$out/$name" "$@" >"$out/$name.txt"
 }
-agentic=(--synthetic agentic --sessions 8 --turns 3 --prefix-tokens 1008 --input 32 --output 128
-         --think 0)
-run c1 "${agentic[@]}" --concurrency 1 --seed 11
-run c8 "${agentic[@]}" --concurrency 8 --seed 12
+turns=${TURNS:-3}
+chats=(--synthetic agentic --chat --sessions 8 --turns "$turns" --prefix-tokens 1008
+       --input "${INPUT:-64}" --output "${OUTPUT:-256}" --think 0)
+[ "${ANSWER_WORDS:-1}" = 1 ] && chats+=(--answer-words)
+run c1 "${chats[@]}" --concurrency 1 --seed 11
+run c8 "${chats[@]}" --concurrency 8 --seed 12
 run ttft --synthetic prefix --groups 3 --users-per-group 4 --prefix-tokens 896 --input 100 \
     --output 4 --requests 12 --concurrency 1 --seed 13
 
-/usr/bin/python3 - "$out" <<'PY'
+/usr/bin/python3 - "$out" "$turns" <<'PY'
 import json, sys, statistics
-out = sys.argv[1]
+out, turns = sys.argv[1], int(sys.argv[2])
 c1 = json.load(open(f"{out}/c1/summary.json"))
 c8 = json.load(open(f"{out}/c8/summary.json"))
 def line(name, s):
@@ -61,9 +75,28 @@ def line(name, s):
           f"TTFT p50/p99 {s['ttft_ms']['p50']:.0f}/{s['ttft_ms']['p99']:.0f} ms, "
           f"TPOT p50/p99 {s['tpot_ms']['p50']:.1f}/{s['tpot_ms']['p99']:.1f} ms, "
           f"ITL p50/p99 {s['itl_ms']['p50']:.1f}/{s['itl_ms']['p99']:.1f} ms, "
-          f"prefix hit {pc['server_hit_ratio']:.3f} (ideal {pc['ideal_hit_ratio']:.3f})")
+          f"prefix hit {pc['server_hit_ratio']:.3f}")
+def work(name):
+    # items are sessions in order, turns consecutive: item i is turn i % turns
+    recs = sorted((json.loads(l) for l in open(f"{out}/{name}/records.jsonl")),
+                  key=lambda r: r["item"])
+    ok = [r for r in recs if r.get("ok")]
+    prefill = sum(r["input_tokens"] - r["cached_tokens"] for r in ok)
+    decode = sum(r["output_tokens"] for r in ok)
+    hist = again = 0
+    for r in recs:
+        if r["item"] % turns == 0 or not r.get("ok"): continue
+        p = recs[r["item"] - 1]
+        h = p["input_tokens"] + p["output_tokens"]
+        hist += h
+        again += max(0, h - r["cached_tokens"])
+    print(f"  {name}: prefilled {prefill} prompt tokens for {decode} output tokens: prefill "
+          f"{prefill / (prefill + decode):.0%} of the tokens computed; history of later turns "
+          f"{hist} tokens, {again / max(hist, 1):.0%} of it prefilled again")
 line("1 client ", c1)
 line("8 clients", c8)
+work("c1")
+work("c8")
 gain = c8["output_tokens_per_s"] / c1["output_tokens_per_s"]
 itl = c8["itl_ms"]["p99"] / c8["itl_ms"]["p50"]
 print(f"batching gain (8 vs 1 client): {gain:.2f}x  (target >= 4x)")

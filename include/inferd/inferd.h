@@ -79,9 +79,14 @@ struct inferd_engine_config {
     int kv_blocks;    /* KV blocks in the pool (0: fit max_ctx * max_seqs) */
     int block_tokens; /* positions per KV block (0: 16) */
     int token_budget; /* tokens per forward step (0: 512) */
-    int max_seqs;     /* running requests at once (0: 64) */
-    int max_waiting;  /* queued requests before ERR_OVERLOADED (0: max(256, 4 max_seqs)) */
-    int max_ctx;      /* longest request in positions (0: min(trained, 4096)) */
+    /* A step that prefills next to decoding requests costs at most this many
+     * decode-only steps, by the engine's own measured step costs: the
+     * prefill chunk shrinks to fit (0: 2; < 0: off, chunks fill the budget;
+     * else must be > 1). Bounds the inter-token gap prefill adds. */
+    float prefill_step_ratio;
+    int max_seqs;    /* running requests at once (0: 64) */
+    int max_waiting; /* queued requests before ERR_OVERLOADED (0: max(256, 4 max_seqs)) */
+    int max_ctx;     /* longest request in positions (0: min(trained, 4096)) */
     enum inferd_kv_type kv_type; /* KV element type */
     bool no_prefix_cache;        /* true: never reuse KV across requests */
     bool kv_events;              /* true: record block stored/evicted events (drain them!) */
@@ -219,6 +224,10 @@ struct inferd_stats {
     int kv_blocks_indexed;    /* gauge: blocks in the prefix index (referenced or not) */
     int last_step_tokens;     /* gauge: tokens in the last forward step */
     int last_step_seqs;       /* gauge: requests in the last forward step */
+    int last_step_limit;      /* gauge: tokens the last step could hold (budget, or less
+                                 next to decodes: prefill_step_ratio) */
+    double step_ms_fixed;     /* gauge: measured step cost model, fixed part (0: none yet) */
+    double step_ms_per_token; /* gauge: measured step cost model, per token (0: none yet) */
     int64_t queued_tokens;    /* gauge: tokens waiting requests still need (prompt + max_tokens) */
     double tokens_per_s;      /* gauge: recent step throughput (moving average; 0 before any) */
     double est_queue_ms;      /* gauge: queued_tokens / tokens_per_s (0 when unknown) */

@@ -118,6 +118,7 @@ struct client {
     struct conn *all;                 /* every connection */
     struct bench_record *recs;        /* (w->n) in item order */
     char **texts;                     /* (w->n) kept texts or NULL */
+    bool sessions;                    /* chat sessions: answers go back in later turns */
     char *model_json;                 /* JSON-encoded model name */
     struct buf body;                  /* scratch request body */
     struct i32vec toks;               /* scratch prompt tokens */
@@ -168,13 +169,61 @@ static struct heap_ent heap_pop(struct client *c)
 
 /* ---- requests ---- */
 
+/* Appends text as a JSON string (answers are arbitrary text; bytes that are
+ * not UTF-8 go as they are, the server reports them). */
+static void put_json_string(struct buf *b, const char *text)
+{
+    json_t *s = json_string(text);
+    if (!s) s = json_string_nocheck(text);
+    char *enc = json_dumps(s, JSON_ENCODE_ANY);
+    CHECK(enc);
+    buf_puts(b, enc);
+    free(enc);
+    json_decref(s);
+}
+
+/* A chat-session turn as the conversation a chat client sends: the system
+ * prompt (the session's shared prefix), then every earlier turn's user
+ * message and the answer the server actually gave, then this turn's user
+ * message. The answers are real, so a server that keeps a finished turn's
+ * KV can serve the history from its cache. */
+static void build_conversation(struct client *c, int32_t item)
+{
+    const struct bench_workload *w = c->w;
+    const struct bench_item *it = &w->items[item];
+    struct buf *b = &c->body;
+    c->toks.n = 0; /* the turns of the session, newest first */
+    for (int32_t j = item; j >= 0; j = w->items[j].after)
+        i32vec_push(&c->toks, j);
+    buf_puts(b, "\"messages\":[");
+    if (it->n_sys_blocks > 0) {
+        buf_puts(b, "{\"role\":\"system\",\"content\":\"");
+        bench_item_range_text(w, item, 0, it->n_sys_blocks * w->block_tokens, b);
+        buf_puts(b, "\"},");
+    }
+    for (size_t k = c->toks.n; k-- > 0;) {
+        int32_t j = c->toks.v[k];
+        const struct bench_item *t = &w->items[j];
+        buf_puts(b, "{\"role\":\"user\",\"content\":\"");
+        bench_item_range_text(w, j, t->user_block, t->n_user, b); /* words: no escaping */
+        buf_puts(b, "\"}");
+        if (j == item) break;
+        buf_puts(b, ",{\"role\":\"assistant\",\"content\":");
+        put_json_string(b, c->texts[j] ? c->texts[j] : "");
+        buf_puts(b, "},");
+    }
+    buf_puts(b, "],");
+}
+
 static void build_body(struct client *c, int32_t item)
 {
     const struct bench_item *it = &c->w->items[item];
     struct buf *b = &c->body;
     buf_clear(b);
     buf_printf(b, "{\"model\":%s,", c->model_json);
-    if (c->t->chat) {
+    if (c->t->chat && it->n_user > 0) {
+        build_conversation(c, item);
+    } else if (c->t->chat) {
         buf_puts(b, "\"messages\":[{\"role\":\"user\",\"content\":\"");
         bench_item_text(c->w, item, b); /* words need no JSON escaping */
         buf_puts(b, "\"}],");
@@ -211,6 +260,7 @@ static void build_body(struct client *c, int32_t item)
     if (c->t->ignore_eos) buf_puts(b, ",\"ignore_eos\":true");
     if (c->o->temperature >= 0) buf_printf(b, ",\"temperature\":%g", c->o->temperature);
     if (c->o->seed >= 0) buf_printf(b, ",\"seed\":%lld", (long long)c->o->seed);
+    if (c->t->logit_bias[0]) buf_printf(b, ",\"logit_bias\":%s", c->t->logit_bias);
     buf_putc(b, '}');
 }
 
@@ -383,7 +433,7 @@ static void send_item(struct client *c, int32_t item, double due, double ready)
     struct flight *f = xcalloc(1, sizeof(*f));
     f->c = c;
     f->item = item;
-    bench_sse_init(&f->sse, c->o->keep_text);
+    bench_sse_init(&f->sse, c->o->keep_text || c->sessions);
     f->conn = get_conn(c);
     build_body(c, item);
     struct evhttp_request *req = evhttp_request_new(on_done, f);
@@ -520,7 +570,10 @@ int bench_client_run(const struct bench_workload *w, const struct bench_target *
             c.follow_next[i] = c.follow_head[w->items[i].after];
             c.follow_head[w->items[i].after] = i;
         }
-    if (texts) c.texts = xcalloc((size_t)w->n, sizeof(char *));
+    /* chat sessions send earlier answers back: keep every answer */
+    for (int32_t i = 0; i < w->n; i++)
+        c.sessions |= t->chat && w->items[i].n_user > 0 && w->items[i].after >= 0;
+    if (texts || c.sessions) c.texts = xcalloc((size_t)w->n, sizeof(char *));
     for (int32_t i = 0; i < w->n; i++) {
         c.recs[i].item = i;
         c.recs[i].first_s = -1;
@@ -563,7 +616,13 @@ int bench_client_run(const struct bench_workload *w, const struct bench_target *
     buf_release(&c.body);
     i32vec_release(&c.toks);
     *recs = c.recs;
-    if (texts) *texts = c.texts;
+    if (texts) {
+        *texts = c.texts;
+    } else if (c.texts) {
+        for (int32_t i = 0; i < w->n; i++)
+            free(c.texts[i]);
+        free(c.texts);
+    }
     return 0;
 }
 
@@ -591,8 +650,8 @@ static void on_get_done(struct evhttp_request *req, void *arg)
     event_base_loopbreak(g->base);
 }
 
-int bench_client_get(const struct bench_target *t, const char *path, struct buf *out, int *status,
-                     struct err_msg *m)
+static int http_call(const struct bench_target *t, enum evhttp_cmd_type cmd, const char *path,
+                     const char *body, struct buf *out, int *status, struct err_msg *m)
 {
     struct event_base *base = event_base_new();
     if (!base) return err_set(m, ERR_INTERNAL, "cannot create the event loop");
@@ -603,14 +662,80 @@ int bench_client_get(const struct bench_target *t, const char *path, struct buf 
     struct evhttp_request *req = evhttp_request_new(on_get_done, &g);
     char host[300], full[512];
     snprintf(host, sizeof(host), "%s:%d", t->host, t->port);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Host", host);
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Host", host);
+    if (body) {
+        evhttp_add_header(h, "Content-Type", "application/json");
+        evbuffer_add(evhttp_request_get_output_buffer(req), body, strlen(body));
+    }
     snprintf(full, sizeof(full), "%s%s", t->base_path, path);
     int rc = 0;
-    if (evhttp_make_request(evcon, req, EVHTTP_REQ_GET, full) == 0) event_base_dispatch(base);
+    if (evhttp_make_request(evcon, req, cmd, full) == 0) event_base_dispatch(base);
     evhttp_connection_free(evcon);
     event_base_free(base);
     *status = g.status;
-    if (!g.status) rc = err_set(m, -ECONNREFUSED, "GET %s from %s: no response", full, host);
+    if (!g.status)
+        rc = err_set(m, -ECONNREFUSED, "%s %s from %s: no response", body ? "POST" : "GET", full,
+                     host);
+    return rc;
+}
+
+int bench_client_get(const struct bench_target *t, const char *path, struct buf *out, int *status,
+                     struct err_msg *m)
+{
+    return http_call(t, EVHTTP_REQ_GET, path, NULL, out, status, m);
+}
+
+int bench_client_post(const struct bench_target *t, const char *path, const char *body,
+                      struct buf *out, int *status, struct err_msg *m)
+{
+    return http_call(t, EVHTTP_REQ_POST, path, body, out, status, m);
+}
+
+int bench_target_answer_words(struct bench_target *t, struct err_msg *m)
+{
+    struct buf text = {0}, out = {0};
+    for (int32_t i = 0; i < BENCH_N_WORDS; i++)
+        buf_puts(&text, bench_token_word(i));
+    /* inferd spells it add_special, vLLM add_special_tokens */
+    json_t *req = json_pack("{s:s,s:s,s:b,s:b}", "model", t->model, "prompt", buf_str(&text),
+                            "add_special", 0, "add_special_tokens", 0);
+    char *body = json_dumps(req, 0);
+    json_decref(req);
+    CHECK(body);
+    int status = 0;
+    int rc = bench_client_post(t, "/tokenize", body, &out, &status, m);
+    free(body);
+    buf_release(&text);
+    if (rc) goto out;
+    json_t *o = json_loadb(out.data ? out.data : "", out.len, 0, NULL);
+    json_t *toks = json_object_get(o, "tokens");
+    if (status != 200 || !json_is_array(toks) || json_array_size(toks) != BENCH_N_WORDS) {
+        rc = err_set(m, ERR_PROTOCOL,
+                     "--answer-words: POST /tokenize gave HTTP %d and %d tokens for %d words "
+                     "(the server must tokenize, and each word be one token)",
+                     status, json_is_array(toks) ? (int)json_array_size(toks) : -1, BENCH_N_WORDS);
+        json_decref(o);
+        goto out;
+    }
+    struct buf bias = {0};
+    buf_putc(&bias, '{');
+    for (size_t i = 0; i < BENCH_N_WORDS; i++) {
+        json_t *v = json_array_get(toks, i);
+        if (!json_is_integer(v)) {
+            rc = err_set(m, ERR_PROTOCOL, "--answer-words: /tokenize: tokens[%zu] is not an id", i);
+            break;
+        }
+        buf_printf(&bias, "%s\"%lld\":100", i ? "," : "", (long long)json_integer_value(v));
+    }
+    buf_putc(&bias, '}');
+    if (!rc && bias.len >= sizeof(t->logit_bias))
+        rc = err_set(m, ERR_PROTOCOL, "--answer-words: logit_bias too long");
+    if (!rc) snprintf(t->logit_bias, sizeof(t->logit_bias), "%s", buf_str(&bias));
+    buf_release(&bias);
+    json_decref(o);
+out:
+    buf_release(&out);
     return rc;
 }
 

@@ -219,6 +219,8 @@ static const char *const words[] = {
     " only", " do",    " could", " new",   " about", " two",  " then", " first", " also",  " after",
     " any",  " like",  " our",   " should"};
 
+_Static_assert(ARRAY_LEN(words) == BENCH_N_WORDS, "BENCH_N_WORDS names the word count");
+
 const char *bench_token_word(int32_t tok)
 {
     return words[(uint32_t)tok % ARRAY_LEN(words)];
@@ -231,6 +233,18 @@ void bench_item_text(const struct bench_workload *w, int32_t i, struct buf *out)
         int32_t n = MIN(w->block_tokens, it->n_input - b * w->block_tokens);
         for (int32_t p = 0; p < n; p++)
             buf_puts(out, bench_token_word(bench_block_token(w, it->blocks[b], p)));
+    }
+}
+
+void bench_item_range_text(const struct bench_workload *w, int32_t i, int32_t from_block,
+                           int32_t n_tokens, struct buf *out)
+{
+    const struct bench_item *it = &w->items[i];
+    for (int32_t b = from_block; b < it->n_blocks && n_tokens > 0; b++) {
+        int32_t n = MIN(w->block_tokens, n_tokens);
+        for (int32_t p = 0; p < n; p++)
+            buf_puts(out, bench_token_word(bench_block_token(w, it->blocks[b], p)));
+        n_tokens -= n;
     }
 }
 
@@ -394,8 +408,12 @@ int bench_workload_synth(struct bench_workload *w, const struct bench_synth *s, 
                     push_fresh(&v, &nv, &capv, &next_id, answer / B);
                     ctx = round_up(ctx, B) + answer;
                 }
+                int32_t user_block = nv;
                 push_fresh(&v, &nv, &capv, &next_id, (n_in + B - 1) / B);
                 struct bench_item it = {.n_input = ctx + n_in,
+                                        .n_sys_blocks = shared_blocks,
+                                        .user_block = user_block,
+                                        .n_user = n_in,
                                         .n_output = n_out,
                                         .blocks = v,
                                         .n_blocks = nv,

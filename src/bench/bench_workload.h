@@ -72,6 +72,11 @@ struct bench_item {
     double think_s;   /* delay after `after` finished before this item is due */
     int32_t session;  /* session (chat / agent / trace file) number, -1 none */
     int32_t src_line; /* trace line (or request index) it came from; 0 synthetic */
+    /* chat sessions (synthetic multiturn / agentic): how the prompt splits
+     * into messages when sent as a conversation (bench_client.h) */
+    int32_t n_sys_blocks; /* leading blocks forming the system prompt (shared prefix) */
+    int32_t user_block;   /* first block of this turn's new user input */
+    int32_t n_user;       /* tokens of this turn's new user input (0: not a chat turn) */
 };
 
 struct bench_workload {
@@ -97,6 +102,12 @@ void bench_item_tokens(const struct bench_workload *w, int32_t i, struct i32vec 
  * ("--text"): the word list is chosen so each word is one token in common BPE
  * vocabularies, hence lengths and block boundaries are approximate. */
 void bench_item_text(const struct bench_workload *w, int32_t i, struct buf *out);
+/* Appends n_tokens tokens of item i as text, starting at block from_block
+ * (the words of bench_item_text). */
+void bench_item_range_text(const struct bench_workload *w, int32_t i, int32_t from_block,
+                           int32_t n_tokens, struct buf *out);
+/* Words of text mode: bench_token_word(t) is word t mod BENCH_N_WORDS. */
+#define BENCH_N_WORDS 74
 /* The JSON-escaped-safe word of a token id (text mode). */
 const char *bench_token_word(int32_t tok);
 
@@ -115,7 +126,8 @@ double bench_workload_ideal_hit(const struct bench_workload *w, int32_t *ideal_c
  *                len_in tokens (n_requests spread round-robin over users);
  *   multiturn  : n_sessions chats of n_turns; turn k's prompt is turn k-1's
  *                prompt + an answer of turn k-1's output length + len_in new
- *                tokens; think_s between turns;
+ *                tokens; think_s between turns (sent as a conversation, the
+ *                answer is the server's real one: bench_client.h);
  *   agentic    : like multiturn, but each turn adds a tool result of len_in
  *                tokens and the delay between turns is drawn from think. */
 enum bench_shape {

@@ -46,6 +46,7 @@ struct opts {
     struct trace_arg traces[MAX_TRACES]; /* --trace FORMAT:PATH */
     int n_traces;                        /* entries */
     bool sessions_timed;                 /* --trace-timing absolute */
+    bool answer_words;                   /* --answer-words */
     double bucket_s;                     /* --bucket (< 0: format default) */
     struct bench_synth synth;            /* --synthetic ... */
     int32_t block_tokens;                /* synthetic block size */
@@ -89,6 +90,9 @@ static void usage(FILE *f)
         "  --text                 send text prompts instead of token ids\n"
         "  --chat                 use /v1/chat/completions (text)\n"
         "  --no-ignore-eos        do not ask the server to ignore end-of-sequence\n"
+        "  --answer-words         bias answers to the text-mode words (logit_bias from the\n"
+        "                         server's /tokenize): answers re-tokenize to the tokens\n"
+        "                         generated, as a trained model's do (random weights)\n"
         "  --timeout S            per-request inactivity timeout (default 300)\n"
         "workload (one of):\n"
         "  --trace FMT:PATH       replay a trace, FMT = mooncake | azure | agentic (repeatable)\n"
@@ -232,6 +236,8 @@ static int parse(int argc, char **argv, struct opts *o)
             o->target.text = true;
         } else if (!strcmp(a, "--chat")) {
             o->target.chat = o->target.text = true;
+        } else if (!strcmp(a, "--answer-words")) {
+            o->answer_words = true;
         } else if (!strcmp(a, "--no-ignore-eos")) {
             o->target.ignore_eos = false;
         } else if (!strcmp(a, "--timeout")) {
@@ -852,6 +858,7 @@ int cmd_bench(int argc, char **argv)
         fprintf(stderr, "inferd: cannot create '%s': %s\n", o.out_dir, strerror(errno));
         return 1;
     }
+    if (o.answer_words && (rc = bench_target_answer_words(&o.target, &m))) goto fail;
     /* load the workload once up front: trace errors surface before any traffic */
     {
         struct bench_workload w;

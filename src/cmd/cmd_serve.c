@@ -30,9 +30,12 @@ static void serve_usage(void)
                     "  --kv-blocks N           KV cache blocks (default: fit ctx x "
                     "max-seqs)\n"
                     "  --token-budget N        tokens per engine step: decode tokens + prefill "
-                    "chunks (default 512;\n"
-                    "                          smaller keeps inter-token latency smoother "
-                    "under arrivals)\n"
+                    "chunks (default 512)\n"
+                    "  --prefill-ratio R       a step that prefills next to decoding streams "
+                    "costs at most R\n"
+                    "                          decode-only steps, by measured step costs "
+                    "(default 2; 0: off,\n"
+                    "                          chunks fill the token budget)\n"
                     "  --max-queue N           waiting sequences before 429 (default 256)\n"
                     "  --max-open N            requests in progress before 503 (default "
                     "1024)\n"
@@ -90,6 +93,14 @@ int cmd_serve(int argc, char **argv)
         } else if (!strcmp(a, "--token-budget")) {
             if (!arg_int(a, v, 16, 1 << 16, &n)) return 2;
             c.token_budget = (int)n;
+        } else if (!strcmp(a, "--prefill-ratio")) {
+            double r;
+            if (!arg_float(a, v, 0, 1000, &r)) return 2;
+            if (r > 0 && r <= 1) {
+                fprintf(stderr, "inferd: serve: --prefill-ratio must be > 1 (or 0: off)\n");
+                return 2;
+            }
+            c.prefill_step_ratio = r > 0 ? (float)r : -1.0f;
         } else if (!strcmp(a, "--kv-blocks")) {
             if (!arg_int(a, v, 1, 1 << 24, &n)) return 2;
             c.kv_blocks = (int)n;

@@ -9,10 +9,16 @@
  *   2. prefill: chunks of running requests still in their prompt (or
  *      recomputing after preemption), and admissions of waiting ones while
  *      fewer than max_seqs run, in the same order, each chunk as large as the
- *      remaining budget allows. Admission looks the request's full blocks up
- *      in the prefix cache (kv/prefix.h) and attaches the hits; prefill
- *      starts after them. The block holding the last known token is never
- *      attached: at least one token is computed, to produce logits.
+ *      remaining budget allows. Next to decodes the budget shrinks to what
+ *      keeps the step within prefill_step_ratio decode-only steps, by the
+ *      engine's own measured step costs (stepcost.h, Sarathi-Serve's
+ *      stall-free batching): a prompt arriving never stalls the streams
+ *      already decoding (those of its priority or higher; a prompt that
+ *      outranks every decode keeps the whole budget). Admission looks the
+ *      request's full blocks up in the prefix cache (kv/prefix.h) and
+ *      attaches the hits; prefill starts after them. The block holding the
+ *      last known token is never attached: at least one token is computed,
+ *      to produce logits.
  *
  * KV blocks are reserved before the forward (a free block, else the prefix
  * cache's least recently used one is evicted). A request that cannot get a
@@ -61,12 +67,14 @@
 #include "engine/constrain.h"
 #include "engine/forward.h"
 #include "engine/sampler.h"
+#include "engine/stepcost.h"
 #include "kernels/kernels.h"
 #include "base/timeutil.h"
 #include "kv/pool.h"
 #include "kv/prefix.h"
 #include "model/model.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -142,6 +150,7 @@ struct inferd_engine {
     struct inferd_event *events;       /* ring of pending events */
     int ev_head, ev_count, ev_cap;     /* ring state */
     struct inferd_stats stats;         /* counters (gauges filled in by inferd_engine_stats) */
+    struct stepcost cost;              /* measured step costs: the prefill chunk next to decodes */
 
     struct constrain constrain; /* grammar vocabulary + compile cache (lazy) */
 };
@@ -284,6 +293,12 @@ int inferd_engine_new(inferd_model *im, const struct inferd_engine_config *cfg_i
     if (cfg.n_threads <= 0) cfg.n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (cfg.block_tokens <= 0) cfg.block_tokens = KV_BLOCK_TOKENS_DEFAULT;
     if (cfg.token_budget <= 0) cfg.token_budget = 512;
+    if (cfg.prefill_step_ratio == 0) cfg.prefill_step_ratio = 2.0f;
+    if (cfg.prefill_step_ratio > 0 && !(cfg.prefill_step_ratio > 1)) {
+        snprintf(err, err_len, "prefill_step_ratio %g must be > 1 (or < 0: off)",
+                 (double)cfg.prefill_step_ratio);
+        return ERR_INVALID;
+    }
     if (cfg.max_seqs <= 0) cfg.max_seqs = 64;
     if (cfg.max_waiting <= 0) cfg.max_waiting = MAX(256, 4 * cfg.max_seqs);
     if (cfg.max_ctx <= 0) cfg.max_ctx = MIN(hp->n_ctx_train, 4096);
@@ -346,6 +361,7 @@ int inferd_engine_new(inferd_model *im, const struct inferd_engine_config *cfg_i
     e->b_seq_req = xmalloc(sizeof(struct req *) * (size_t)cfg.max_seqs);
     e->logits = xaligned_alloc(sizeof(float) * B * (size_t)hp->n_vocab);
     e->stats.kv_blocks_total = cfg.kv_blocks;
+    stepcost_init(&e->cost);
     constrain_init(&e->constrain, im->m, im->eog, im->n_eog, e->cfg.grammar_inline);
     *out = e;
     return 0;
@@ -809,16 +825,27 @@ int inferd_engine_step(inferd_engine *e)
     const int budget = e->cfg.token_budget;
     /* Decode tokens first: one per running request with exactly one token
      * not yet in the cache. */
+    int top_decode_priority = INT_MIN; /* highest priority decoding in this step */
     for (int i = 0; i < e->n_reqs && n_batch < budget; i++) {
         struct req *q = e->order[i];
         if (q->state != REQ_STATE_RUNNING || q->n_tokens - q->n_computed != 1) continue;
-        batch_add_preempting(e, q, 1, &n_batch, &n_seqs);
+        if (batch_add_preempting(e, q, 1, &n_batch, &n_seqs))
+            top_decode_priority = MAX(top_decode_priority, q->priority);
     }
     /* Then prompt chunks (and recomputation after preemption) and
      * admissions, in priority order. A request that cannot get its blocks
-     * stops the pass, so later ones do not overtake it. */
+     * stops the pass, so later ones do not overtake it. Next to decodes the
+     * step holds only as many tokens as keep it within prefill_step_ratio
+     * decode-only steps (stepcost.h); alone, prefill fills the budget. The
+     * bound protects streams at least as important as the prompt: a prompt
+     * of higher priority than every decode is not slowed for them. */
+    const int limit = e->cfg.prefill_step_ratio > 0
+                          ? stepcost_limit(&e->cost, n_batch, e->cfg.prefill_step_ratio, budget)
+                          : budget;
     for (int i = 0; i < e->n_reqs && n_batch < budget; i++) {
         struct req *q = e->order[i];
+        const int cap = q->priority > top_decode_priority ? budget : limit;
+        if (n_batch >= cap) break; /* the rest rank no higher: same cap */
         if (q->batch_seq >= 0 || q->state == REQ_STATE_FINISHED) continue;
         int hit = -1; /* blocks attached if q is admitted now */
         if (q->state == REQ_STATE_WAITING) {
@@ -829,7 +856,7 @@ int inferd_engine_step(inferd_engine *e)
         } else if (q->n_tokens - q->n_computed == 1) {
             continue; /* decoding: handled above (or out of budget) */
         }
-        int n = MIN(q->n_tokens - q->n_computed, budget - n_batch);
+        int n = MIN(q->n_tokens - q->n_computed, cap - n_batch);
         bool added = batch_add_preempting(e, q, n, &n_batch, &n_seqs);
         if (hit >= 0 && q->state == REQ_STATE_RUNNING && q->kv.n_blocks == 0)
             unadmit(e, q);
@@ -839,6 +866,7 @@ int inferd_engine_step(inferd_engine *e)
     }
     e->stats.last_step_tokens = n_batch;
     e->stats.last_step_seqs = n_seqs;
+    e->stats.last_step_limit = limit;
     if (n_batch == 0) return 0;
 
     struct fwd_batch b = {
@@ -906,8 +934,11 @@ int inferd_engine_step(inferd_engine *e)
         else if (q->n_tokens - q->n_prompt >= q->max_tokens)
             finish(e, q, INFERD_FINISH_LENGTH, ev);
     }
-    /* Throughput for queue-time estimates: a moving average over busy steps. */
+    /* Throughput for queue-time estimates: a moving average over busy steps;
+     * the step's cost (sampling included: it is part of every gap a client
+     * sees) feeds the chunk limit. */
     double dt = time_now_s() - t0;
+    stepcost_observe(&e->cost, n_batch, dt);
     if (dt > 0) {
         double tps = n_batch / dt;
         e->stats.tokens_per_s =
@@ -937,6 +968,8 @@ void inferd_engine_stats(const inferd_engine *e, struct inferd_stats *s)
     s->kv_blocks_indexed = e->prefix_on ? e->prefix.n_cached : 0;
     s->n_kv_stored = e->prefix_on ? e->prefix.n_stored : 0;
     s->n_kv_evicted = e->prefix_on ? e->prefix.n_evicted : 0;
+    s->step_ms_fixed = e->cost.fitted ? 1e3 * e->cost.a_s : 0;
+    s->step_ms_per_token = e->cost.fitted ? 1e3 * e->cost.b_s : 0;
     s->est_queue_ms = s->tokens_per_s > 0 ? 1000.0 * (double)s->queued_tokens / s->tokens_per_s : 0;
 }
 

@@ -118,6 +118,15 @@ void metrics_render(const struct metrics *m, const struct runner_stats *rs, stru
            (unsigned long long)e->n_prompt_tokens);
     scalar(out, "inferd_preemptions_total", "counter", "Requests preempted for lack of KV.",
            (unsigned long long)e->n_preempted);
+    buf_printf(out,
+               "# HELP inferd_step_cost_fixed_seconds Measured step cost model: fixed part.\n"
+               "# TYPE inferd_step_cost_fixed_seconds gauge\ninferd_step_cost_fixed_seconds %.6f\n"
+               "# HELP inferd_step_cost_token_seconds Measured step cost model: per token.\n"
+               "# TYPE inferd_step_cost_token_seconds gauge\ninferd_step_cost_token_seconds %.6f\n",
+               e->step_ms_fixed / 1000.0, e->step_ms_per_token / 1000.0);
+    scalar(out, "inferd_step_token_limit", "gauge",
+           "Tokens the last step could hold: the budget, or less next to decodes.",
+           (unsigned long long)e->last_step_limit);
     buf_puts(out, "# HELP inferd_step_batch_tokens Tokens computed per forward step.\n"
                   "# TYPE inferd_step_batch_tokens histogram\n");
     uint64_t cum = 0;

@@ -61,6 +61,8 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -352,10 +354,24 @@ static void send_chunk(struct call *c, struct buf *b)
     buf_clear(b);
 }
 
+/* A stream writes one small chunk per token. With Nagle's algorithm on, a
+ * chunk written while the previous one is not yet acknowledged waits for the
+ * ACK, which a client may delay by up to 40 ms (Linux delayed ACK): tokens
+ * would arrive in pairs, late. Streams go out as written. */
+static void stream_nodelay(struct call *c)
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(c->req);
+    struct bufferevent *bev = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
+    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+    int one = 1;
+    if (fd >= 0) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
 static void stream_begin(struct call *c)
 {
     if (c->started) return;
     c->started = true;
+    stream_nodelay(c);
     struct evkeyvalq *h = evhttp_request_get_output_headers(c->req);
     evhttp_add_header(h, "Content-Type", "text/event-stream");
     evhttp_add_header(h, "Cache-Control", "no-cache");
@@ -1410,6 +1426,7 @@ static int load(struct server *s, const struct serve_config *cfg, struct err_msg
     ec.max_seqs = cfg->max_seqs;
     ec.kv_blocks = cfg->kv_blocks;
     ec.token_budget = cfg->token_budget;
+    ec.prefill_step_ratio = cfg->prefill_step_ratio;
     ec.max_waiting = cfg->max_queue;
     if ((rc = inferd_engine_new(s->model, &ec, &s->engine, err, sizeof(err))))
         return err_set(msg, rc, "engine: %s", err);

@@ -86,6 +86,25 @@ assert s["succeeded"] == 12 and c["prompt_tokens_reported"] == 12 * 80, c
 assert abs(c["server_hit_ratio"] - c["ideal_hit_ratio"]) < 1e-9 and c["ideal_hit_ratio"] > 0.6, c' \
     "$dir/rt.json"
 
+# chat sessions: each turn carries the earlier answers the server really gave
+# (the mock answers one word per token), so turn k's prompt is turn k-1's
+# prompt + its answer + the new user message, and the mock's cache (whole
+# prompt blocks) hits turn k-1's prompt
+bench --url "http://127.0.0.1:$port" --chat --synthetic agentic --sessions 2 --turns 3 \
+    --prefix-tokens 32 --input 8 --output 5 --think 0 --concurrency 1 --seed 99 \
+    --out "$dir/cs" >/dev/null
+check "--chat sessions send the real answers back" '
+r = sorted(s, key=lambda r: r["item"])
+assert [x["input_tokens"] for x in r] == [40, 53, 66, 40, 53, 66], [x["input_tokens"] for x in r]
+assert [x["cached_tokens"] for x in r[:3]] == [0, 32, 48], [x["cached_tokens"] for x in r]
+assert r[3]["cached_tokens"] == 32 and all(x["ok"] for x in r)' "$dir/cs/records.jsonl"
+
+# --answer-words needs the server's /tokenize (the mock has none): a clear error
+rc=0; err=$(bench --url "http://127.0.0.1:$port" --chat --answer-words --requests 1 --input 4 \
+    --output 2 2>&1) || rc=$?
+if [ "$rc" -eq 1 ] && [[ "$err" == *"--answer-words: POST /tokenize gave HTTP"* ]]; then
+    ok "--answer-words without /tokenize is a clear error"; else fail "answer words: $rc $err"; fi
+
 # 2. speculation only through Prometheus counters (scraped before and after)
 start_mock prom --ttft-ms 5 --itl-ms 2 --spec-k 4 --spec-accept 2 --spec-metrics-only
 "$INFERD_BIN" bench --no-progress --url "http://127.0.0.1:$port" --input 32 --output 7 \

@@ -58,6 +58,26 @@ c = s["prefix_cache"]
 assert c["cached_tokens_reported"] > 0, c
 assert s["ttft_ms"]["n"] == 12, s["ttft_ms"]' "$work/chat/summary.json"
 
+# 3. chat sessions whose answers round-trip (--answer-words: one-token words):
+#    each later turn reuses every full KV block of the previous prompt and the
+#    answer (all but the last generated token were computed), so only the
+#    answer's partial block, the template and the new message are prefilled.
+"$INFERD_BIN" bench --url "$url" --model tiny --no-progress --chat --answer-words \
+    --synthetic agentic --sessions 2 --turns 3 --prefix-tokens 64 --input 24 --output 40 \
+    --think 0 --concurrency 1 --seed 5 --out "$work/words" >"$work/words.txt" 2>&1 ||
+    { cat "$work/words.txt"; }
+if $PY - "$work/words/records.jsonl" <<'PY'
+import json, sys
+r = sorted((json.loads(l) for l in open(sys.argv[1])), key=lambda r: r["item"])
+assert len(r) == 6 and all(x["ok"] and x["output_tokens"] == 40 for x in r), r
+for k in (1, 2, 4, 5):
+    p = r[k - 1]
+    full = (p["input_tokens"] + p["output_tokens"] - 1) // 16 * 16
+    assert r[k]["cached_tokens"] == full, (k, r[k]["cached_tokens"], full)
+PY
+then ok "chat sessions: a finished turn's prompt and answer are served from the cache"
+else fail "chat sessions: answers not reused"; fi
+
 kill -TERM "$pid"; wait "$pid" && ok "server exits cleanly" || fail "server exit status"
 pid=
 finish

@@ -143,6 +143,41 @@ TEST(synthetic_multiturn_extends_context)
     bench_workload_release(&w);
 }
 
+TEST(agentic_turns_name_their_messages)
+{
+    /* chat sessions split each prompt into the system prompt (shared
+     * blocks) and each turn's new user input; answers sit between */
+    struct bench_workload w;
+    bench_workload_init(&w, 16);
+    struct bench_synth s = {
+        .shape = BENCH_SHAPE_AGENTIC, .n_sessions = 1, .n_turns = 2, .prefix_tokens = 32};
+    EXPECT_EQ_INT(bench_dist_parse("i", "8", &s.len_in, NULL), 0);
+    EXPECT_EQ_INT(bench_dist_parse("o", "5", &s.len_out, NULL), 0);
+    EXPECT_EQ_INT(bench_dist_parse("t", "1", &s.think, NULL), 0);
+    EXPECT_EQ_INT(bench_workload_synth(&w, &s, NULL), 0);
+    EXPECT_EQ_INT(w.n, 2);
+    EXPECT_EQ_INT(w.items[0].n_sys_blocks, 2);
+    EXPECT_EQ_INT(w.items[0].user_block, 2);
+    EXPECT_EQ_INT(w.items[0].n_user, 8);
+    /* shared 2 blocks, turn 0's input (1 block), its answer (1 block), then turn 1 */
+    EXPECT_EQ_INT(w.items[1].n_sys_blocks, 2);
+    EXPECT_EQ_INT(w.items[1].user_block, 4);
+    EXPECT_EQ_INT(w.items[1].n_user, 8);
+    struct buf all = {0}, part = {0};
+    bench_item_text(&w, 1, &all);
+    bench_item_range_text(&w, 1, 4, 8, &part);
+    /* the user text is the last 8 words of the whole prompt's text */
+    EXPECT(part.len > 0 && part.len < all.len);
+    EXPECT(memcmp(all.data + all.len - part.len, part.data, part.len) == 0);
+    int words = 0;
+    for (size_t i = 0; i < part.len; i++)
+        words += part.data[i] == ' ';
+    EXPECT_EQ_INT(words, 8);
+    buf_release(&all);
+    buf_release(&part);
+    bench_workload_release(&w);
+}
+
 static void plain(struct bench_workload *w, int n)
 {
     bench_workload_init(w, 16);
