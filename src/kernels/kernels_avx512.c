@@ -35,9 +35,10 @@
  * and short rows end before they ramp up.
  *
  * Packed q8_0 weights (kern_pack, quants.h) are the tiles' panel layout
- * built once at load: prefill runs the tiles on them with no repack, decode
- * runs eight vpdpbusd per block and panel with no transpose, no shuffle tree
- * and one f16 scale load, streaming each panel as one contiguous range.
+ * built once at load: more than 16 tokens run the tiles on them with no
+ * repack; up to 16 tokens (decode steps, batched decode) run one pass over
+ * each pair of panels with every token's accumulators live, so the weights
+ * are read from memory once per step whatever the batch (gemv_pk_q8_0).
  *
  * FLOAT MATMUL (f32, f16, bf16 weights): lanes along k, 16 per element, the
  * canonical scheme; a 4-row x 6-token register tile shares each weight and
@@ -1298,8 +1299,9 @@ static void matmul_quant(const struct qtype *qt, const void *W, size_t wrb, int 
 /* ================= packed q8_0 weights (quants.h) ================= */
 
 /* The load-time layout is the tiles' panel layout already, so prefill runs
- * the same register tiles straight from it, and decode needs no transpose:
- * eight vpdpbusd per block leave each row's block integer in its lane. */
+ * the same register tiles straight from it, and small batches need no
+ * transpose: eight vpdpbusd per block and token leave each row's block
+ * integer in its lane. */
 
 struct pkq {
     const char *P; /* packed matrix */
@@ -1308,58 +1310,143 @@ struct pkq {
     int r1;        /* one past the last row to store */
 };
 
-#define PK_GEMV_MAX 8    /* token counts up to this take the decode kernel, 4 at a time */
-#define PK_PF       2048 /* prefetch distance along a panel's quants, bytes */
+/* The tokens of one small-batch pass: activation rows and their side data
+ * at fixed strides, as the engine lays them out. */
+struct pkx {
+    const char *x;  /* token 0's q8_0 activation row */
+    size_t xrb;     /* bytes between activation rows */
+    const char *xs; /* token 0's side data (struct xq8 per block) */
+    size_t xsrb;    /* bytes between side data rows */
+    float *y;       /* token 0's output row */
+    int ldy;        /* floats between output rows */
+};
 
-AI void gemv_pk_q8_0(const struct pkq *a, const struct qgemv *g, int r, const int T)
+#define PK_GEMV_MAX KERN_PACKED_ONE_PASS /* token counts up to this take the one-pass kernel */
+_Static_assert(PK_GEMV_MAX == 16, "one gemv_pk_q8_0 instance per token count below");
+#define PK_PF 2048 /* prefetch distance along each panel's quants, bytes */
+
+/* NP panels (16 or 32 rows) x T tokens (1..16) in one pass over the
+ * panels, the kernel of every step of up to PK_GEMV_MAX tokens:
+ *
+ *   for block b:   w[p][0..7] = the block's 8 x 64 bytes of each panel  (registers)
+ *     for token t: I[p] = bias_t + sum_q vpdpbusd(w[p][q], x_t dword q)
+ *                  acc[t][p] = fma((float)I[p], dw[p] * dx_t, acc[t][p])
+ *
+ * Each weight byte is read from memory once whatever T, so a 16-token step
+ * streams the same bytes as a 1-token step and costs what its multiply-adds
+ * cost; before, tokens went four at a time and an 8-token step read every
+ * panel twice. Two panels stream side by side (more reads in flight, which
+ * lifts even T = 1) and share each activation broadcast between two
+ * vpdpbusd. The token loop stays rolled, with the accumulators in L1: fully
+ * unrolled, the 16-token body ran slower (its size, not the registers,
+ * bounded it). Each (row, token) element runs the canonical chain - the
+ * exact block integer, then fma((float)isum, dw * dx, acc) in block order -
+ * so its bits do not depend on T, NP or the row range. With one panel and
+ * fewer than four tokens, each integer is split into two dependency chains
+ * (latency); otherwise the other chains hide it. */
+AI void gemv_pk_q8_0(const struct pkq *a, const struct pkx *g, int r, const int NP, const int T)
 {
-    const char *panel = a->P + (size_t)(r / PANEL) * a->pb;
-    const uint16_t *sc = (const uint16_t *)(panel + (size_t)a->nb * 512);
-    const char *end = panel + a->pb; /* the next panel follows: prefetch on into it */
-    __m512 acc[GEMV_T];
+    const char *panel[2];
+    const uint16_t *sc[2];
+    for (int p = 0; p < NP; p++) {
+        panel[p] = a->P + (size_t)(r / PANEL + p) * a->pb;
+        sc[p] = (const uint16_t *)(panel[p] + (size_t)a->nb * 512);
+    }
+    /* the panels after these follow: prefetch on into them */
+    const char *end = panel[NP - 1] + a->pb;
+    const bool more = r + NP * PANEL < a->r1;
+    __m512 acc[PK_GEMV_MAX][2];
     for (int t = 0; t < T; t++)
-        acc[t] = _mm512_setzero_ps();
+        for (int p = 0; p < NP; p++)
+            acc[t][p] = _mm512_setzero_ps();
     for (int b = 0; b < a->nb; b++) {
-        const __m512i *w = (const __m512i *)(panel + (size_t)b * 512);
-        const char *pf = (const char *)w + PK_PF;
-        if (pf < end || r + PANEL < a->r1)
-            for (int i = 0; i < 8; i++)
-                _mm_prefetch(pf + 64 * i, _MM_HINT_T0);
-        if ((b & 1) == 0) _mm_prefetch((const char *)(sc + PANEL * b) + PK_PF / 8, _MM_HINT_T0);
-        __m512i I0[GEMV_T], I1[GEMV_T];
-        const size_t xo = (size_t)b * sizeof(struct block_q8_0) + 2;
-        for (int t = 0; t < T; t++) {
-            I0[t] = _mm512_set1_epi32(g->pr[t][b].bias);
-            I1[t] = _mm512_setzero_si512();
+        __m512i w[2][8];
+        __m512 dw[2];
+        for (int p = 0; p < NP; p++) {
+            const __m512i *wp = (const __m512i *)(panel[p] + (size_t)b * 512);
+            const char *pf = (const char *)wp + PK_PF;
+            if (pf < end || more)
+                for (int i = 0; i < 8; i++)
+                    _mm_prefetch(pf + 64 * i, _MM_HINT_T0);
+            if ((b & 1) == 0)
+                _mm_prefetch((const char *)(sc[p] + PANEL * b) + PK_PF / 8, _MM_HINT_T0);
+            for (int q = 0; q < 8; q++)
+                w[p][q] = _mm512_load_si512(wp + q);
+            dw[p] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc[p] + PANEL * b)));
         }
-        for (int q = 0; q < 8; q += 2) {
-            const __m512i w0 = _mm512_load_si512(w + q), w1 = _mm512_load_si512(w + q + 1);
-            for (int t = 0; t < T; t++) {
-                I0[t] = _mm512_dpbusd_epi32(I0[t], w0, bcast32(g->x[t] + xo + 4 * q));
-                I1[t] = _mm512_dpbusd_epi32(I1[t], w1, bcast32(g->x[t] + xo + 4 * q + 4));
+        const char *xb = g->x + (size_t)b * sizeof(struct block_q8_0) + 2;
+        const struct xq8 *side = (const struct xq8 *)g->xs + b;
+#pragma GCC unroll 1
+        for (int t = 0; t < T; t++) {
+            const char *xt = xb + (size_t)t * g->xrb;
+            const struct xq8 *st = (const struct xq8 *)((const char *)side + (size_t)t * g->xsrb);
+            const __m512i bias = _mm512_set1_epi32(st->bias);
+            __m512i I[2][2];
+            for (int p = 0; p < NP; p++) {
+                I[p][0] = bias;
+                I[p][1] = _mm512_setzero_si512();
+            }
+            const int split = NP == 1 && T < 4;
+            for (int q = 0; q < 8; q++) {
+                const __m512i x = bcast32(xt + 4 * q);
+                for (int p = 0; p < NP; p++)
+                    I[p][split & q] = _mm512_dpbusd_epi32(I[p][split & q], w[p][q], x);
+            }
+            const __m512 dx = _mm512_set1_ps(st->d);
+            for (int p = 0; p < NP; p++) {
+                const __m512i i = split ? _mm512_add_epi32(I[p][0], I[p][1]) : I[p][0];
+                acc[t][p] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(dw[p], dx), acc[t][p]);
             }
         }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + PANEL * b)));
-        for (int t = 0; t < T; t++)
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0[t], I1[t])),
-                                     _mm512_mul_ps(dw, _mm512_set1_ps(g->pr[t][b].d)), acc[t]);
     }
-    for (int t = 0; t < T; t++)
-        gemv_store(g, r, t, acc[t], NULL);
+    for (int p = 0; p < NP; p++) {
+        const int rp = r + PANEL * p, nr = a->r1 - rp < PANEL ? a->r1 - rp : PANEL;
+        const __mmask16 m = (__mmask16)((1u << nr) - 1);
+        for (int t = 0; t < T; t++)
+            _mm512_mask_storeu_ps(g->y + (size_t)t * g->ldy + rp, m, acc[t][p]);
+    }
 }
 
-#define DEF_GEMV_PK(name, T)                                                                       \
-    static __attribute__((noinline)) void name(const struct pkq *a, const struct qgemv *g, int r)  \
+#define DEF_GEMV_PK(T)                                                                             \
+    static __attribute__((noinline)) void gemv_pk_q8_0_1_##T(const struct pkq *a,                  \
+                                                             const struct pkx *g, int r)           \
     {                                                                                              \
-        gemv_pk_q8_0(a, g, r, T);                                                                  \
+        gemv_pk_q8_0(a, g, r, 1, T);                                                               \
+    }                                                                                              \
+    static __attribute__((noinline)) void gemv_pk_q8_0_2_##T(const struct pkq *a,                  \
+                                                             const struct pkx *g, int r)           \
+    {                                                                                              \
+        gemv_pk_q8_0(a, g, r, 2, T);                                                               \
     }
-DEF_GEMV_PK(gemv_pk_q8_0_1, 1)
-DEF_GEMV_PK(gemv_pk_q8_0_2, 2)
-DEF_GEMV_PK(gemv_pk_q8_0_3, 3)
-DEF_GEMV_PK(gemv_pk_q8_0_4, 4)
+DEF_GEMV_PK(1)
+DEF_GEMV_PK(2)
+DEF_GEMV_PK(3)
+DEF_GEMV_PK(4)
+DEF_GEMV_PK(5)
+DEF_GEMV_PK(6)
+DEF_GEMV_PK(7)
+DEF_GEMV_PK(8)
+DEF_GEMV_PK(9)
+DEF_GEMV_PK(10)
+DEF_GEMV_PK(11)
+DEF_GEMV_PK(12)
+DEF_GEMV_PK(13)
+DEF_GEMV_PK(14)
+DEF_GEMV_PK(15)
+DEF_GEMV_PK(16)
 
-static void (*const gemv_pk_fns[GEMV_T + 1])(const struct pkq *, const struct qgemv *, int) = {
-    NULL, gemv_pk_q8_0_1, gemv_pk_q8_0_2, gemv_pk_q8_0_3, gemv_pk_q8_0_4};
+typedef void (*gemv_pk_fn)(const struct pkq *, const struct pkx *, int);
+#define GEMV_PK_ROW(NP)                                                                            \
+    {                                                                                              \
+        NULL, gemv_pk_q8_0_##NP##_1, gemv_pk_q8_0_##NP##_2, gemv_pk_q8_0_##NP##_3,                 \
+            gemv_pk_q8_0_##NP##_4, gemv_pk_q8_0_##NP##_5, gemv_pk_q8_0_##NP##_6,                   \
+            gemv_pk_q8_0_##NP##_7, gemv_pk_q8_0_##NP##_8, gemv_pk_q8_0_##NP##_9,                   \
+            gemv_pk_q8_0_##NP##_10, gemv_pk_q8_0_##NP##_11, gemv_pk_q8_0_##NP##_12,                \
+            gemv_pk_q8_0_##NP##_13, gemv_pk_q8_0_##NP##_14, gemv_pk_q8_0_##NP##_15,                \
+            gemv_pk_q8_0_##NP##_16                                                                 \
+    }
+static const gemv_pk_fn gemv_pk_fns[3][PK_GEMV_MAX + 1] = {{NULL}, GEMV_PK_ROW(1), GEMV_PK_ROW(2)};
 
 static void matmul_packed_avx512(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
                                  const void *xq, size_t xrb, const void *xs, size_t xsrb, int n_tok,
@@ -1372,26 +1459,13 @@ static void matmul_packed_avx512(enum dtype wt, const void *P, int rows, int k, 
     _Static_assert(sizeof(struct xq8) == sizeof(struct kern_q8_side), "side data layout");
 #define SIDE(t) ((const struct xq8 *)((const char *)xs + (size_t)(t)*xsrb))
     if (n_tok <= PK_GEMV_MAX) {
-        /* Small batches (up to 8 tokens): per panel, the decode kernel on each group of up
-         * to 4 tokens; the panel (15-80 KiB) is read from memory once and
-         * from L1/L2 by the later groups, with none of the tile path's
-         * accumulator traffic. */
-        struct qgemv g[PK_GEMV_MAX / GEMV_T];
-        const int ng = (n_tok + GEMV_T - 1) / GEMV_T;
-        for (int i = 0; i < ng; i++) {
-            g[i] = (struct qgemv){NULL, 0, nb, r1, {NULL}, {NULL}, {NULL}, {NULL}};
-            for (int j = 0; j < GEMV_T && GEMV_T * i + j < n_tok; j++) {
-                const int t = GEMV_T * i + j;
-                g[i].x[j] = (const char *)xq + (size_t)t * xrb;
-                g[i].pr[j] = SIDE(t);
-                g[i].y[j] = y + (size_t)t * ldy;
-            }
+        /* Small batches: one pass over each panel for all the tokens. */
+        const struct pkx g = {xq, xrb, xs, xsrb, y, ldy};
+        for (int r = r0; r < r1;) {
+            const int np = r + PANEL < r1 ? 2 : 1;
+            gemv_pk_fns[np][n_tok](&a, &g, r);
+            r += np * PANEL;
         }
-        for (int r = r0; r < r1; r += PANEL)
-            for (int i = 0; i < ng; i++) {
-                const int T = n_tok - GEMV_T * i < GEMV_T ? n_tok - GEMV_T * i : GEMV_T;
-                gemv_pk_fns[T](&a, &g[i], r);
-            }
         return;
     }
     const int chunk = qt_q8_0.chunk < nb ? qt_q8_0.chunk : nb;
