@@ -64,6 +64,7 @@
 
 #define L2_ACT  (2048 * 1024) /* activation bytes a quantized token block may keep */
 #define L2_FACT (256 * 1024)  /* activation bytes a float token block may keep */
+#define L2_PK   (1024 * 1024) /* activation bytes a packed q8_0 token block may keep */
 
 /* ---- small helpers ---- */
 
@@ -1457,63 +1458,31 @@ static void matmul_packed_avx512(enum dtype wt, const void *P, int rows, int k, 
     const int nb = k / QK8_0;
     const struct pkq a = {P, q8x16_panel_bytes(nb), nb, r1};
     _Static_assert(sizeof(struct xq8) == sizeof(struct kern_q8_side), "side data layout");
-#define SIDE(t) ((const struct xq8 *)((const char *)xs + (size_t)(t)*xsrb))
-    if (n_tok <= PK_GEMV_MAX) {
-        /* Small batches: one pass over each panel for all the tokens. */
-        const struct pkx g = {xq, xrb, xs, xsrb, y, ldy};
-        for (int r = r0; r < r1;) {
-            const int np = r + PANEL < r1 ? 2 : 1;
-            gemv_pk_fns[np][n_tok](&a, &g, r);
-            r += np * PANEL;
-        }
-        return;
-    }
-    const int chunk = qt_q8_0.chunk < nb ? qt_q8_0.chunk : nb;
-    const int tb = token_block(xrb, n_tok, TILE_T, L2_ACT);
-    float *acc = kern__scratch(KERN__SLOT_ACC, (size_t)tb * 2 * PANEL * sizeof(float));
+    /* Up to 16 tokens: one pass over each pair of panels. More (prefill,
+     * large batches): token blocks whose activations stay in L2, and per
+     * pair of panels (up to 160 KiB, in L2 after the first pass) one pass
+     * per group of at most 16 tokens, the groups as even as they go. */
+    const int tb = n_tok <= PK_GEMV_MAX ? n_tok : token_block(xrb, n_tok, PK_GEMV_MAX, L2_PK);
     for (int tb0 = 0; tb0 < n_tok; tb0 += tb) {
         const int nt = tb0 + tb < n_tok ? tb : n_tok - tb0;
+        const int ng = (nt + PK_GEMV_MAX - 1) / PK_GEMV_MAX;
         for (int r = r0; r < r1;) {
             const int np = r + PANEL < r1 ? 2 : 1;
-            const int tmax = np == 2 ? TILE_T2 : TILE_T;
-            const char *panel[2];
-            for (int p = 0; p < np; p++)
-                panel[p] = a.P + (size_t)(r / PANEL + p) * a.pb;
-            memset(acc, 0, (size_t)nt * np * PANEL * sizeof(float));
-            for (int b0 = 0; b0 < nb; b0 += chunk) {
-                const int nbc = b0 + chunk < nb ? chunk : nb - b0;
-                struct qtile q;
-                const void *pp[2];
-                for (int p = 0; p < np; p++) {
-                    pp[p] = panel[p] + (size_t)b0 * 512;
-                    q.ds[p] = (const uint16_t *)(panel[p] + (size_t)nb * 512) + PANEL * b0;
-                    /* the next chunk (or the next panels' first), into L2
-                     * while this one is reused across the token block */
-                    const char *nx = (const char *)pp[p] + (size_t)nbc * 512;
-                    if (b0 + nbc >= nb) nx = panel[p] + (size_t)np * a.pb;
-                    if (b0 + nbc < nb || r + np * PANEL < r1)
-                        for (int i = 0; i < chunk * 8; i++)
-                            _mm_prefetch(nx + 64 * i, _MM_HINT_T1);
-                }
-                for (int t0 = 0; t0 < nt; t0 += tmax) {
-                    const int T = nt - t0 < tmax ? nt - t0 : tmax;
-                    for (int t = 0; t < T; t++) {
-                        int tok = tb0 + t0 + t;
-                        q.x[t] = (const char *)xq + (size_t)tok * xrb +
-                                 (size_t)b0 * sizeof(struct block_q8_0);
-                        q.pr[t] = SIDE(tok) + b0;
-                    }
-                    q.acc = acc + (size_t)t0 * np * PANEL;
-                    tile_p32_fns[np][T](pp, nbc, &q);
-                }
+            for (int i = 0, t0 = tb0; i < ng; i++) {
+                const int T = (tb0 + nt - t0) / (ng - i);
+                const struct pkx g = {(const char *)xq + (size_t)t0 * xrb,
+                                      xrb,
+                                      (const char *)xs + (size_t)t0 * xsrb,
+                                      xsrb,
+                                      y + (size_t)t0 * ldy,
+                                      ldy};
+                gemv_pk_fns[np][T](&a, &g, r);
+                t0 += T;
             }
-            store_acc(acc, np, nt, r1 - r, y + (size_t)tb0 * ldy + r, ldy);
             r += np * PANEL;
         }
     }
 }
-
-#undef SIDE
 
 static void matmul_avx512(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0, int r1,
                           const void *xq, size_t x_row_bytes, int n_tok, float *y, int ldy)
