@@ -64,7 +64,7 @@
 
 #define L2_ACT  (2048 * 1024) /* activation bytes a quantized token block may keep */
 #define L2_FACT (256 * 1024)  /* activation bytes a float token block may keep */
-#define L2_PK   (1024 * 1024) /* activation bytes a packed q8_0 token block may keep */
+#define L2_PK   (512 * 1024)  /* activation bytes a packed q8_0 token block may keep */
 
 /* ---- small helpers ---- */
 
@@ -1459,10 +1459,12 @@ static void matmul_packed_avx512(enum dtype wt, const void *P, int rows, int k, 
     const struct pkq a = {P, q8x16_panel_bytes(nb), nb, r1};
     _Static_assert(sizeof(struct xq8) == sizeof(struct kern_q8_side), "side data layout");
     /* Up to 16 tokens: one pass over each pair of panels. More (prefill,
-     * large batches): token blocks whose activations stay in L2, and per
+     * large batches): token blocks whose activations (the bytes read, not
+     * the row stride, which in the engine is much wider) stay in L2, and per
      * pair of panels (up to 160 KiB, in L2 after the first pass) one pass
      * per group of at most 16 tokens, the groups as even as they go. */
-    const int tb = n_tok <= PK_GEMV_MAX ? n_tok : token_block(xrb, n_tok, PK_GEMV_MAX, L2_PK);
+    const size_t x_bytes = (size_t)nb * (sizeof(struct block_q8_0) + sizeof(struct xq8));
+    const int tb = n_tok <= PK_GEMV_MAX ? n_tok : token_block(x_bytes, n_tok, PK_GEMV_MAX, L2_PK);
     for (int tb0 = 0; tb0 < n_tok; tb0 += tb) {
         const int nt = tb0 + tb < n_tok ? tb : n_tok - tb0;
         const int ng = (nt + PK_GEMV_MAX - 1) / PK_GEMV_MAX;
