@@ -13,13 +13,17 @@
  *           for the quantized types, FMA for f32/f16, vdpbf16ps for bf16),
  *           counted as multiply-adds (one vpdpbusd zmm = 64).
  *
+ *   packed  (q8_0 packed at load, 1 thread): time per call at 1..512 tokens
+ *           and its ratio to 1 token (weights from memory up to 64 tokens).
+ *
  * Shapes are Qwen2.5-0.5B's FFN: 4864 x 896 (gate/up) and 896 x 4864 (down);
  * K-quants need k % 256 == 0, so their first shape is 4864 x 1024.
  * Times are thread CPU time, so time the scheduler hands to other processes
  * does not count (bandwidth contention still does). Not a test: figures
  * depend on the machine and its load. Built as build/release/bench_kernels
  * (it needs an AVX-512 machine to run).
- * Usage: bench_kernels [isa [trials]]   (isa: scalar | avx2 | avx512)
+ * Usage: bench_kernels [isa [trials [packed]]]   (isa: scalar | avx2 | avx512;
+ *        "packed": the packed batch sweep only)
  */
 #include "kernels/kernels.h"
 
@@ -256,6 +260,60 @@ static double bench_prefill(enum dtype wt, struct shape sh, int n_tok)
     return best;
 }
 
+/* Packed q8_0 (kern_matmul_packed), one thread: the weights cycle through
+ * >= 256 MB of packed copies, so they come from memory as in a decode step;
+ * per batch size, the best of `trials` times per call and its ratio to one
+ * token. A memory-bound kernel that reads the weights once per call costs
+ * about the same at 1 and at 16 tokens. */
+static void bench_packed_batches(struct shape sh, int trials)
+{
+    static const int toks[] = {1, 4, 8, 16, 32, 64, 512};
+    const int n_max = 512;
+    const enum dtype wt = DTYPE_Q8_0;
+    const size_t bytes = kern_pack_size(wt, sh.rows, sh.k);
+    if (!bytes) return;
+    char *w0 = make_weights(wt, sh.rows, sh.k);
+    int copies = (int)(BIG / bytes) + 1;
+    char **P = malloc(sizeof(char *) * copies);
+    for (int i = 0; i < copies; i++) {
+        P[i] = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        kern_pack(wt, w0, dtype_row_size(wt, sh.k), sh.k, sh.rows, 0, sh.rows, P[i]);
+    }
+    size_t xrb;
+    char *x = make_acts(wt, n_max, sh.k, &xrb);
+    const size_t xsb = kern_act_side_bytes(wt, sh.k);
+    char *xs = malloc(xsb * n_max);
+    for (int t = 0; t < n_max; t++)
+        kern_act_side(wt, x + xrb * t, sh.k, xs + xsb * t);
+    float *y = malloc(sizeof(float) * sh.rows * n_max);
+    double t1 = 0;
+    printf("packed q8_0 %dx%d, 1 thread:", sh.rows, sh.k);
+    for (size_t i = 0; i < sizeof(toks) / sizeof(toks[0]); i++) {
+        const int n = toks[i];
+        /* prefill-sized batches run on cache-resident weights: a few copies suffice */
+        const int nc = n > 64 ? 2 : copies;
+        double best = 1e30;
+        for (int tr = 0; tr < trials; tr++) {
+            double t0 = cpu_s();
+            for (int c = 0; c < nc; c++)
+                kern_matmul_packed(wt, P[c], sh.rows, sh.k, 0, sh.rows, x, xrb, xs, xsb, n, y,
+                                   sh.rows);
+            double dt = (cpu_s() - t0) / nc;
+            best = dt < best ? dt : best;
+        }
+        if (n == 1) t1 = best;
+        printf(" | %d tok %.0f us %.2fx", n, best * 1e6, best / t1);
+    }
+    printf("\n");
+    for (int i = 0; i < copies; i++)
+        free(P[i]);
+    free(P);
+    free(w0);
+    free(x);
+    free(xs);
+    free(y);
+}
+
 int main(int argc, char **argv)
 {
     kern_init();
@@ -265,6 +323,7 @@ int main(int argc, char **argv)
                 kern_set_isa((enum kern_isa)i);
     }
     const int trials = argc > 2 ? atoi(argv[2]) : 9;
+    const int packed_only = argc > 3 && strcmp(argv[3], "packed") == 0;
     rd_buf = aligned_alloc(64, BIG);
     memset(rd_buf, 1, BIG);
     printf("isa %s\n", kern_isa_name(kern_isa()));
@@ -281,9 +340,11 @@ int main(int argc, char **argv)
            p_fma / 1e9, 2 * p_fma / 1e9, p_vnni / 1e9, p_bf16 / 1e9);
     static const enum dtype types[] = {DTYPE_Q8_0, DTYPE_F16,  DTYPE_Q4_0, DTYPE_Q4_K,
                                        DTYPE_Q6_K, DTYPE_BF16, DTYPE_F32};
-    printf("%-5s %-10s | %-22s | %-22s | %s\n", "type", "shape", "decode 1 thread",
-           "decode 2 threads", "prefill 512 tok, 1 thread");
-    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+    const size_t n_types = packed_only ? 0 : sizeof(types) / sizeof(types[0]);
+    if (n_types)
+        printf("%-5s %-10s | %-22s | %-22s | %s\n", "type", "shape", "decode 1 thread",
+               "decode 2 threads", "prefill 512 tok, 1 thread");
+    for (size_t ti = 0; ti < n_types; ti++) {
         enum dtype wt = types[ti];
         int kq = dtype_info(wt)->blck == 256;
         struct shape shapes[2] = {{4864, kq ? 1024 : 896}, {896, 4864}};
@@ -300,6 +361,11 @@ int main(int argc, char **argv)
                    dtype_info(wt)->name, sd, g1, 100 * r1, g2, 100 * r2, p / 1e9, 100 * p / pk);
             fflush(stdout);
         }
+    }
+    struct shape pshapes[3] = {{4864, 896}, {896, 4864}, {896, 896}};
+    for (int s = 0; s < 3; s++) {
+        bench_packed_batches(pshapes[s], trials);
+        fflush(stdout);
     }
     free(rd_buf);
     return 0;

@@ -209,7 +209,6 @@ static void prep_act(struct fwd_ctx *c, const float *x, int k, const struct gguf
     }
 }
 
-/* This thread's share of y = W act for n_tok tokens; y has ldy floats per token. */
 /* This thread's share of y = W act for n_tok tokens; y has ldy floats per
  * token. Threads take chunks of rows from the op's counter until none are
  * left, so a thread slowed by the memory system or the OS does not hold the
@@ -233,14 +232,18 @@ static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, const void *p
             kern_matmul(w->type, w->data, rb, k, 0, rows, act, c->act_stride, n_tok, y, ldy);
         return;
     }
-    /* Decode (a few tokens, memory bound): ~8 grabs per thread, at most 512
-     * rows a grab. Prefill: ~2 grabs per thread on GGUF rows, because every
-     * kern_matmul call prepares all the tokens' activation side data again;
-     * ~4 on packed weights, whose side data was prepared once per token.
-     * Whole 16-row panels either way (packed panels need it). */
-    int per_thread = n_tok > 4 ? (pk ? 4 : 2) : 8;
-    int chunk = (rows / (nth * per_thread) + 15) & ~15;
-    chunk = MAX(16, n_tok > 4 ? chunk : MIN(512, chunk));
+    /* Decode (a few tokens, memory bound; on packed weights up to
+     * KERN_PACKED_ONE_PASS tokens, which read each weight once): ~8 grabs
+     * per thread, at most 512 rows a grab. Prefill: ~2 grabs per thread on
+     * GGUF rows, because every kern_matmul call prepares all the tokens'
+     * activation side data again; ~4 on packed weights, whose side data was
+     * prepared once per token. Whole 16-row panels on GGUF rows, pairs of
+     * panels on packed weights (their kernel streams two side by side). */
+    const bool small = n_tok <= 4 || (pk && n_tok <= KERN_PACKED_ONE_PASS);
+    const int grid = pk ? 32 : 16;
+    int per_thread = small ? 8 : pk ? 4 : 2;
+    int chunk = (rows / (nth * per_thread) + grid - 1) / grid * grid;
+    chunk = MAX(grid, small ? MIN(512, chunk) : chunk);
     for (;;) {
         int r0 = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed);
         if (r0 >= rows) return;

@@ -95,7 +95,10 @@ void kern_act_side(enum dtype wt, const void *xq, int k, void *side);
 /* kern_matmul over packed weights of a (rows, k) matrix; r0 must be a
  * multiple of 16. Activation row t's side data (kern_act_side) is at
  * (const char *)xs + t * xs_row_bytes. Same contract and same bits as
- * kern_matmul. */
+ * kern_matmul. Up to KERN_PACKED_ONE_PASS tokens, a call reads each weight
+ * byte once (one pass for all the tokens), so it costs about what one token
+ * costs while memory bound; row ranges of a multiple of 32 rows suit it best. */
+#define KERN_PACKED_ONE_PASS 16
 void kern_matmul_packed(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
                         const void *xq, size_t x_row_bytes, const void *xs, size_t xs_row_bytes,
                         int n_tok, float *y, int ldy);

@@ -35,9 +35,10 @@
  * and short rows end before they ramp up.
  *
  * Packed q8_0 weights (kern_pack, quants.h) are the tiles' panel layout
- * built once at load: prefill runs the tiles on them with no repack, decode
- * runs eight vpdpbusd per block and panel with no transpose, no shuffle tree
- * and one f16 scale load, streaming each panel as one contiguous range.
+ * built once at load: more than 16 tokens run the tiles on them with no
+ * repack; up to 16 tokens (decode steps, batched decode) run one pass over
+ * each pair of panels with every token's accumulators live, so the weights
+ * are read from memory once per step whatever the batch (gemv_pk_q8_0).
  *
  * FLOAT MATMUL (f32, f16, bf16 weights): lanes along k, 16 per element, the
  * canonical scheme; a 4-row x 6-token register tile shares each weight and
@@ -63,6 +64,7 @@
 
 #define L2_ACT  (2048 * 1024) /* activation bytes a quantized token block may keep */
 #define L2_FACT (256 * 1024)  /* activation bytes a float token block may keep */
+#define L2_PK   (512 * 1024)  /* activation bytes a packed q8_0 token block may keep */
 
 /* ---- small helpers ---- */
 
@@ -1298,8 +1300,9 @@ static void matmul_quant(const struct qtype *qt, const void *W, size_t wrb, int 
 /* ================= packed q8_0 weights (quants.h) ================= */
 
 /* The load-time layout is the tiles' panel layout already, so prefill runs
- * the same register tiles straight from it, and decode needs no transpose:
- * eight vpdpbusd per block leave each row's block integer in its lane. */
+ * the same register tiles straight from it, and small batches need no
+ * transpose: eight vpdpbusd per block and token leave each row's block
+ * integer in its lane. */
 
 struct pkq {
     const char *P; /* packed matrix */
@@ -1308,58 +1311,143 @@ struct pkq {
     int r1;        /* one past the last row to store */
 };
 
-#define PK_GEMV_MAX 8    /* token counts up to this take the decode kernel, 4 at a time */
-#define PK_PF       2048 /* prefetch distance along a panel's quants, bytes */
+/* The tokens of one small-batch pass: activation rows and their side data
+ * at fixed strides, as the engine lays them out. */
+struct pkx {
+    const char *x;  /* token 0's q8_0 activation row */
+    size_t xrb;     /* bytes between activation rows */
+    const char *xs; /* token 0's side data (struct xq8 per block) */
+    size_t xsrb;    /* bytes between side data rows */
+    float *y;       /* token 0's output row */
+    int ldy;        /* floats between output rows */
+};
 
-AI void gemv_pk_q8_0(const struct pkq *a, const struct qgemv *g, int r, const int T)
+#define PK_GEMV_MAX KERN_PACKED_ONE_PASS /* token counts up to this take the one-pass kernel */
+_Static_assert(PK_GEMV_MAX == 16, "one gemv_pk_q8_0 instance per token count below");
+#define PK_PF 2048 /* prefetch distance along each panel's quants, bytes */
+
+/* NP panels (16 or 32 rows) x T tokens (1..16) in one pass over the
+ * panels, the kernel of every step of up to PK_GEMV_MAX tokens:
+ *
+ *   for block b:   w[p][0..7] = the block's 8 x 64 bytes of each panel  (registers)
+ *     for token t: I[p] = bias_t + sum_q vpdpbusd(w[p][q], x_t dword q)
+ *                  acc[t][p] = fma((float)I[p], dw[p] * dx_t, acc[t][p])
+ *
+ * Each weight byte is read from memory once whatever T, so a 16-token step
+ * streams the same bytes as a 1-token step and costs what its multiply-adds
+ * cost; before, tokens went four at a time and an 8-token step read every
+ * panel twice. Two panels stream side by side (more reads in flight, which
+ * lifts even T = 1) and share each activation broadcast between two
+ * vpdpbusd. The token loop stays rolled, with the accumulators in L1: fully
+ * unrolled, the 16-token body ran slower (its size, not the registers,
+ * bounded it). Each (row, token) element runs the canonical chain - the
+ * exact block integer, then fma((float)isum, dw * dx, acc) in block order -
+ * so its bits do not depend on T, NP or the row range. With one panel and
+ * fewer than four tokens, each integer is split into two dependency chains
+ * (latency); otherwise the other chains hide it. */
+AI void gemv_pk_q8_0(const struct pkq *a, const struct pkx *g, int r, const int NP, const int T)
 {
-    const char *panel = a->P + (size_t)(r / PANEL) * a->pb;
-    const uint16_t *sc = (const uint16_t *)(panel + (size_t)a->nb * 512);
-    const char *end = panel + a->pb; /* the next panel follows: prefetch on into it */
-    __m512 acc[GEMV_T];
+    const char *panel[2];
+    const uint16_t *sc[2];
+    for (int p = 0; p < NP; p++) {
+        panel[p] = a->P + (size_t)(r / PANEL + p) * a->pb;
+        sc[p] = (const uint16_t *)(panel[p] + (size_t)a->nb * 512);
+    }
+    /* the panels after these follow: prefetch on into them */
+    const char *end = panel[NP - 1] + a->pb;
+    const bool more = r + NP * PANEL < a->r1;
+    __m512 acc[PK_GEMV_MAX][2];
     for (int t = 0; t < T; t++)
-        acc[t] = _mm512_setzero_ps();
+        for (int p = 0; p < NP; p++)
+            acc[t][p] = _mm512_setzero_ps();
     for (int b = 0; b < a->nb; b++) {
-        const __m512i *w = (const __m512i *)(panel + (size_t)b * 512);
-        const char *pf = (const char *)w + PK_PF;
-        if (pf < end || r + PANEL < a->r1)
-            for (int i = 0; i < 8; i++)
-                _mm_prefetch(pf + 64 * i, _MM_HINT_T0);
-        if ((b & 1) == 0) _mm_prefetch((const char *)(sc + PANEL * b) + PK_PF / 8, _MM_HINT_T0);
-        __m512i I0[GEMV_T], I1[GEMV_T];
-        const size_t xo = (size_t)b * sizeof(struct block_q8_0) + 2;
-        for (int t = 0; t < T; t++) {
-            I0[t] = _mm512_set1_epi32(g->pr[t][b].bias);
-            I1[t] = _mm512_setzero_si512();
+        __m512i w[2][8];
+        __m512 dw[2];
+        for (int p = 0; p < NP; p++) {
+            const __m512i *wp = (const __m512i *)(panel[p] + (size_t)b * 512);
+            const char *pf = (const char *)wp + PK_PF;
+            if (pf < end || more)
+                for (int i = 0; i < 8; i++)
+                    _mm_prefetch(pf + 64 * i, _MM_HINT_T0);
+            if ((b & 1) == 0)
+                _mm_prefetch((const char *)(sc[p] + PANEL * b) + PK_PF / 8, _MM_HINT_T0);
+            for (int q = 0; q < 8; q++)
+                w[p][q] = _mm512_load_si512(wp + q);
+            dw[p] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc[p] + PANEL * b)));
         }
-        for (int q = 0; q < 8; q += 2) {
-            const __m512i w0 = _mm512_load_si512(w + q), w1 = _mm512_load_si512(w + q + 1);
-            for (int t = 0; t < T; t++) {
-                I0[t] = _mm512_dpbusd_epi32(I0[t], w0, bcast32(g->x[t] + xo + 4 * q));
-                I1[t] = _mm512_dpbusd_epi32(I1[t], w1, bcast32(g->x[t] + xo + 4 * q + 4));
+        const char *xb = g->x + (size_t)b * sizeof(struct block_q8_0) + 2;
+        const struct xq8 *side = (const struct xq8 *)g->xs + b;
+#pragma GCC unroll 1
+        for (int t = 0; t < T; t++) {
+            const char *xt = xb + (size_t)t * g->xrb;
+            const struct xq8 *st = (const struct xq8 *)((const char *)side + (size_t)t * g->xsrb);
+            const __m512i bias = _mm512_set1_epi32(st->bias);
+            __m512i I[2][2];
+            for (int p = 0; p < NP; p++) {
+                I[p][0] = bias;
+                I[p][1] = _mm512_setzero_si512();
+            }
+            const int split = NP == 1 && T < 4;
+            for (int q = 0; q < 8; q++) {
+                const __m512i x = bcast32(xt + 4 * q);
+                for (int p = 0; p < NP; p++)
+                    I[p][split & q] = _mm512_dpbusd_epi32(I[p][split & q], w[p][q], x);
+            }
+            const __m512 dx = _mm512_set1_ps(st->d);
+            for (int p = 0; p < NP; p++) {
+                const __m512i i = split ? _mm512_add_epi32(I[p][0], I[p][1]) : I[p][0];
+                acc[t][p] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(dw[p], dx), acc[t][p]);
             }
         }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + PANEL * b)));
-        for (int t = 0; t < T; t++)
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0[t], I1[t])),
-                                     _mm512_mul_ps(dw, _mm512_set1_ps(g->pr[t][b].d)), acc[t]);
     }
-    for (int t = 0; t < T; t++)
-        gemv_store(g, r, t, acc[t], NULL);
+    for (int p = 0; p < NP; p++) {
+        const int rp = r + PANEL * p, nr = a->r1 - rp < PANEL ? a->r1 - rp : PANEL;
+        const __mmask16 m = (__mmask16)((1u << nr) - 1);
+        for (int t = 0; t < T; t++)
+            _mm512_mask_storeu_ps(g->y + (size_t)t * g->ldy + rp, m, acc[t][p]);
+    }
 }
 
-#define DEF_GEMV_PK(name, T)                                                                       \
-    static __attribute__((noinline)) void name(const struct pkq *a, const struct qgemv *g, int r)  \
+#define DEF_GEMV_PK(T)                                                                             \
+    static __attribute__((noinline)) void gemv_pk_q8_0_1_##T(const struct pkq *a,                  \
+                                                             const struct pkx *g, int r)           \
     {                                                                                              \
-        gemv_pk_q8_0(a, g, r, T);                                                                  \
+        gemv_pk_q8_0(a, g, r, 1, T);                                                               \
+    }                                                                                              \
+    static __attribute__((noinline)) void gemv_pk_q8_0_2_##T(const struct pkq *a,                  \
+                                                             const struct pkx *g, int r)           \
+    {                                                                                              \
+        gemv_pk_q8_0(a, g, r, 2, T);                                                               \
     }
-DEF_GEMV_PK(gemv_pk_q8_0_1, 1)
-DEF_GEMV_PK(gemv_pk_q8_0_2, 2)
-DEF_GEMV_PK(gemv_pk_q8_0_3, 3)
-DEF_GEMV_PK(gemv_pk_q8_0_4, 4)
+DEF_GEMV_PK(1)
+DEF_GEMV_PK(2)
+DEF_GEMV_PK(3)
+DEF_GEMV_PK(4)
+DEF_GEMV_PK(5)
+DEF_GEMV_PK(6)
+DEF_GEMV_PK(7)
+DEF_GEMV_PK(8)
+DEF_GEMV_PK(9)
+DEF_GEMV_PK(10)
+DEF_GEMV_PK(11)
+DEF_GEMV_PK(12)
+DEF_GEMV_PK(13)
+DEF_GEMV_PK(14)
+DEF_GEMV_PK(15)
+DEF_GEMV_PK(16)
 
-static void (*const gemv_pk_fns[GEMV_T + 1])(const struct pkq *, const struct qgemv *, int) = {
-    NULL, gemv_pk_q8_0_1, gemv_pk_q8_0_2, gemv_pk_q8_0_3, gemv_pk_q8_0_4};
+typedef void (*gemv_pk_fn)(const struct pkq *, const struct pkx *, int);
+#define GEMV_PK_ROW(NP)                                                                            \
+    {                                                                                              \
+        NULL, gemv_pk_q8_0_##NP##_1, gemv_pk_q8_0_##NP##_2, gemv_pk_q8_0_##NP##_3,                 \
+            gemv_pk_q8_0_##NP##_4, gemv_pk_q8_0_##NP##_5, gemv_pk_q8_0_##NP##_6,                   \
+            gemv_pk_q8_0_##NP##_7, gemv_pk_q8_0_##NP##_8, gemv_pk_q8_0_##NP##_9,                   \
+            gemv_pk_q8_0_##NP##_10, gemv_pk_q8_0_##NP##_11, gemv_pk_q8_0_##NP##_12,                \
+            gemv_pk_q8_0_##NP##_13, gemv_pk_q8_0_##NP##_14, gemv_pk_q8_0_##NP##_15,                \
+            gemv_pk_q8_0_##NP##_16                                                                 \
+    }
+static const gemv_pk_fn gemv_pk_fns[3][PK_GEMV_MAX + 1] = {{NULL}, GEMV_PK_ROW(1), GEMV_PK_ROW(2)};
 
 static void matmul_packed_avx512(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
                                  const void *xq, size_t xrb, const void *xs, size_t xsrb, int n_tok,
@@ -1370,76 +1458,33 @@ static void matmul_packed_avx512(enum dtype wt, const void *P, int rows, int k, 
     const int nb = k / QK8_0;
     const struct pkq a = {P, q8x16_panel_bytes(nb), nb, r1};
     _Static_assert(sizeof(struct xq8) == sizeof(struct kern_q8_side), "side data layout");
-#define SIDE(t) ((const struct xq8 *)((const char *)xs + (size_t)(t)*xsrb))
-    if (n_tok <= PK_GEMV_MAX) {
-        /* Small batches (up to 8 tokens): per panel, the decode kernel on each group of up
-         * to 4 tokens; the panel (15-80 KiB) is read from memory once and
-         * from L1/L2 by the later groups, with none of the tile path's
-         * accumulator traffic. */
-        struct qgemv g[PK_GEMV_MAX / GEMV_T];
-        const int ng = (n_tok + GEMV_T - 1) / GEMV_T;
-        for (int i = 0; i < ng; i++) {
-            g[i] = (struct qgemv){NULL, 0, nb, r1, {NULL}, {NULL}, {NULL}, {NULL}};
-            for (int j = 0; j < GEMV_T && GEMV_T * i + j < n_tok; j++) {
-                const int t = GEMV_T * i + j;
-                g[i].x[j] = (const char *)xq + (size_t)t * xrb;
-                g[i].pr[j] = SIDE(t);
-                g[i].y[j] = y + (size_t)t * ldy;
-            }
-        }
-        for (int r = r0; r < r1; r += PANEL)
-            for (int i = 0; i < ng; i++) {
-                const int T = n_tok - GEMV_T * i < GEMV_T ? n_tok - GEMV_T * i : GEMV_T;
-                gemv_pk_fns[T](&a, &g[i], r);
-            }
-        return;
-    }
-    const int chunk = qt_q8_0.chunk < nb ? qt_q8_0.chunk : nb;
-    const int tb = token_block(xrb, n_tok, TILE_T, L2_ACT);
-    float *acc = kern__scratch(KERN__SLOT_ACC, (size_t)tb * 2 * PANEL * sizeof(float));
+    /* Up to 16 tokens: one pass over each pair of panels. More (prefill,
+     * large batches): token blocks whose activations (the bytes read, not
+     * the row stride, which in the engine is much wider) stay in L2, and per
+     * pair of panels (up to 160 KiB, in L2 after the first pass) one pass
+     * per group of at most 16 tokens, the groups as even as they go. */
+    const size_t x_bytes = (size_t)nb * (sizeof(struct block_q8_0) + sizeof(struct xq8));
+    const int tb = n_tok <= PK_GEMV_MAX ? n_tok : token_block(x_bytes, n_tok, PK_GEMV_MAX, L2_PK);
     for (int tb0 = 0; tb0 < n_tok; tb0 += tb) {
         const int nt = tb0 + tb < n_tok ? tb : n_tok - tb0;
+        const int ng = (nt + PK_GEMV_MAX - 1) / PK_GEMV_MAX;
         for (int r = r0; r < r1;) {
             const int np = r + PANEL < r1 ? 2 : 1;
-            const int tmax = np == 2 ? TILE_T2 : TILE_T;
-            const char *panel[2];
-            for (int p = 0; p < np; p++)
-                panel[p] = a.P + (size_t)(r / PANEL + p) * a.pb;
-            memset(acc, 0, (size_t)nt * np * PANEL * sizeof(float));
-            for (int b0 = 0; b0 < nb; b0 += chunk) {
-                const int nbc = b0 + chunk < nb ? chunk : nb - b0;
-                struct qtile q;
-                const void *pp[2];
-                for (int p = 0; p < np; p++) {
-                    pp[p] = panel[p] + (size_t)b0 * 512;
-                    q.ds[p] = (const uint16_t *)(panel[p] + (size_t)nb * 512) + PANEL * b0;
-                    /* the next chunk (or the next panels' first), into L2
-                     * while this one is reused across the token block */
-                    const char *nx = (const char *)pp[p] + (size_t)nbc * 512;
-                    if (b0 + nbc >= nb) nx = panel[p] + (size_t)np * a.pb;
-                    if (b0 + nbc < nb || r + np * PANEL < r1)
-                        for (int i = 0; i < chunk * 8; i++)
-                            _mm_prefetch(nx + 64 * i, _MM_HINT_T1);
-                }
-                for (int t0 = 0; t0 < nt; t0 += tmax) {
-                    const int T = nt - t0 < tmax ? nt - t0 : tmax;
-                    for (int t = 0; t < T; t++) {
-                        int tok = tb0 + t0 + t;
-                        q.x[t] = (const char *)xq + (size_t)tok * xrb +
-                                 (size_t)b0 * sizeof(struct block_q8_0);
-                        q.pr[t] = SIDE(tok) + b0;
-                    }
-                    q.acc = acc + (size_t)t0 * np * PANEL;
-                    tile_p32_fns[np][T](pp, nbc, &q);
-                }
+            for (int i = 0, t0 = tb0; i < ng; i++) {
+                const int T = (tb0 + nt - t0) / (ng - i);
+                const struct pkx g = {(const char *)xq + (size_t)t0 * xrb,
+                                      xrb,
+                                      (const char *)xs + (size_t)t0 * xsrb,
+                                      xsrb,
+                                      y + (size_t)t0 * ldy,
+                                      ldy};
+                gemv_pk_fns[np][T](&a, &g, r);
+                t0 += T;
             }
-            store_acc(acc, np, nt, r1 - r, y + (size_t)tb0 * ldy + r, ldy);
             r += np * PANEL;
         }
     }
 }
-
-#undef SIDE
 
 static void matmul_avx512(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0, int r1,
                           const void *xq, size_t x_row_bytes, int n_tok, float *y, int ldy)

@@ -375,6 +375,70 @@ TEST(packed_q8_0_matches_rows)
 
 /* ---- KV ops and reductions ---- */
 
+/* Every small-batch size the one-pass packed kernel takes (1..16 tokens,
+ * and 17, the first of the tiles), any slice of the batch, row ranges that
+ * start on an odd panel and end in a padded one: each (row, token) element
+ * equals the 1-token result bitwise, whatever shares its pass. */
+TEST(packed_q8_0_every_batch_size)
+{
+    struct rng r = {7331};
+    static const int shapes[][2] = {/* rows, k */ {83, 160}, {48, 896}};
+    const int N = 17;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        kern_set_isa(kern_isa_max());
+        struct prob p;
+        prob_init(&p, &r, DTYPE_Q8_0, shapes[si][0], shapes[si][1], N);
+        const int rows = p.rows;
+        size_t bytes = kern_pack_size(DTYPE_Q8_0, rows, p.k);
+        if (!bytes) {
+            prob_free(&p);
+            continue;
+        }
+        void *P = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        kern_pack(DTYPE_Q8_0, p.W, p.wrb, p.k, rows, 0, rows, P);
+        const size_t xsb = kern_act_side_bytes(DTYPE_Q8_0, p.k);
+        uint8_t *XS = malloc((size_t)N * xsb);
+        for (int t = 0; t < N; t++)
+            kern_act_side(DTYPE_Q8_0, p.X + (size_t)t * p.xrb, p.k, XS + (size_t)t * xsb);
+        float *one = malloc(sizeof(float) * rows * N), *y = malloc(sizeof(float) * rows * N);
+        for (int t = 0; t < N; t++)
+            kern_matmul_packed(DTYPE_Q8_0, P, rows, p.k, 0, rows, p.X + (size_t)t * p.xrb, p.xrb,
+                               XS + (size_t)t * xsb, xsb, 1, one + (size_t)t * rows, rows);
+        /* the 1-token packed path is kern_matmul's, at this level too */
+        float *ref = malloc(sizeof(float) * rows * N);
+        run(&p, 0, rows, 0, N, ref, rows);
+        EXPECT(same_bits(ref, one, rows * N));
+        const int ranges[][2] = {{0, rows}, {16, rows}, {16, 48}, {32, rows}, {0, 16}};
+        int bad = 0;
+        for (int n = 1; n <= N; n++)
+            for (size_t ri = 0; ri < sizeof(ranges) / sizeof(ranges[0]); ri++) {
+                const int before = bad, t0 = N - n, r0 = ranges[ri][0],
+                          r1 = ranges[ri][1] < rows ? ranges[ri][1] : rows;
+                for (size_t i = 0; i < (size_t)rows * N; i++)
+                    y[i] = sentinel();
+                kern_matmul_packed(DTYPE_Q8_0, P, rows, p.k, r0, r1, p.X + (size_t)t0 * p.xrb,
+                                   p.xrb, XS + (size_t)t0 * xsb, xsb, n, y, rows);
+                for (int t = 0; t < n; t++) {
+                    const float *want = one + (size_t)(t0 + t) * rows, *got = y + (size_t)t * rows;
+                    bad += !same_bits(want + r0, got + r0, r1 - r0);
+                    /* nothing outside [r0, r1) is written */
+                    for (int i = 0; i < rows; i++)
+                        bad += (i < r0 || i >= r1) && fbits(got[i]) != SENTINEL;
+                }
+                if (bad > before)
+                    fprintf(stderr, "  packed q8_0 rows=%d k=%d n_tok=%d rows [%d, %d): differs\n",
+                            rows, p.k, n, r0, r1);
+            }
+        EXPECT_EQ_INT(bad, 0);
+        free(P);
+        free(XS);
+        free(one);
+        free(y);
+        free(ref);
+        prob_free(&p);
+    }
+}
+
 static const enum dtype kv_types[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
 
 TEST(kv_dot_and_accum)
