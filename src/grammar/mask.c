@@ -580,6 +580,8 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
     } else {
         pm->accept = acc;
     }
+    pm->uncertain = un.a;
+    pm->n_uncertain = un.n;
     free(sd);
     free(unc);
     return pm;

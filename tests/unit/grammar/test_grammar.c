@@ -595,6 +595,39 @@ TEST(masks_equal_brute_force)
                   20, 20);
 }
 
+/* A stack deeper than the table key (GRAMMAR_CTX_DEPTH frames): a token
+ * that closes more frames than the key holds is "uncertain" in the table and
+ * must be decided at run time from the real stack. */
+TEST(uncertain_tokens_below_the_key)
+{
+    struct grammar *g = compile(GRAMMAR_EBNF, "root ::= p\np ::= \"x\" | \"(\" p \")\"\n");
+    EXPECT(g != NULL);
+    if (!g) return;
+    enum { DEPTH = 70 };
+    static char closes[DEPTH + 1];
+    memset(closes, ')', sizeof(closes));
+    const char *bytes[] = {"(", "x", ")", closes, closes, "</s>"};
+    uint32_t len[] = {1, 1, 1, DEPTH, DEPTH + 1, 4};
+    uint8_t cls[] = {0, 0, 0, 0, 0, GRAMMAR_TOKEN_CONTROL};
+    int32_t eos = 5;
+    struct grammar_vocab *v = grammar_vocab_new(6, bytes, len, cls, &eos, 1);
+    struct grammar_matcher *m = grammar_matcher_new(g, v);
+    for (int i = 0; i < DEPTH; i++)
+        EXPECT(grammar_matcher_accept_token(m, 0));
+    EXPECT(grammar_matcher_accept_token(m, 1));
+    uint64_t mask[1];
+    EXPECT_EQ_INT(grammar_matcher_fill_mask(m, mask), 2);
+    EXPECT_EQ_INT((int)((mask[0] >> 2) & 1), 1); /* one ')' */
+    EXPECT_EQ_INT((int)((mask[0] >> 3) & 1), 1); /* all DEPTH at once */
+    EXPECT_EQ_INT((int)((mask[0] >> 4) & 1), 0); /* one too many */
+    EXPECT(grammar_matcher_accept_token(m, 3));
+    EXPECT_EQ_INT(grammar_matcher_fill_mask(m, mask), 1);
+    EXPECT_EQ_INT((int)((mask[0] >> 5) & 1), 1); /* complete: only end of generation */
+    grammar_matcher_free(m);
+    grammar_vocab_free(v);
+    grammar_unref(g);
+}
+
 TEST(utf8_across_tokens)
 {
     struct tvocab tv;
