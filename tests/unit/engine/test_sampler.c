@@ -1306,6 +1306,16 @@ TEST(speed_on_151936_vocab)
         p.presence_penalty = 0.5f;
         p.frequency_penalty = 0.5f;
         time_case(s, "llama.cpp-like + penalties over 2200 tokens", &p, x, prompt, 2000, gen, 200);
+        /* grammar masks: a structural position (few tokens, listed) and
+         * free text (most tokens, a masked copy of the row) */
+        uint64_t *mask = xmalloc(sizeof(uint64_t) * (size_t)((V + 63) / 64));
+        random_mask(mask, V, 2000);
+        p = params(1.0f);
+        p.allowed = mask;
+        time_case(s, "T 1, mask allowing ~2,000 tokens", &p, x, NULL, 0, NULL, 0);
+        random_mask(mask, V, 150000); /* ~63% of the vocabulary */
+        time_case(s, "T 1, mask allowing ~95,000 tokens", &p, x, NULL, 0, NULL, 0);
+        free(mask);
         free(x);
     }
     sampler_free(s);
