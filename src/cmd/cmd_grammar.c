@@ -8,11 +8,15 @@
  *
  *   GRAMMAR: --ebnf FILE | --regex RE | --json-schema FILE | --json-object
  *
- * `gen` runs the real engine (inferd_submit with a grammar; many requests in
- * one batch) and prints each output's text decoded from the grammar
- * vocabulary's token bytes; the random-model test suite feeds these lines to
- * a JSON Schema validator. It also prints the decode rate (tokens per second
- * of decode-only steps) to stderr; --unconstrained runs the same requests
+ * `gen` runs the real engine (inferd_submit with a grammar) and prints each
+ * output's text decoded from the grammar vocabulary's token bytes; the
+ * random-model test suite feeds these lines to a JSON Schema validator. Up to
+ * --parallel generations (default 64) run at once, so each engine step is one
+ * forward for all of them (the output layer's weights read once per step);
+ * the next are submitted as earlier ones finish, so --count may be any size.
+ * Generation k's prompt and seed depend only on (k, --seed), and the engine
+ * is bit-exact under batching, so its text does not depend on --parallel. It also prints the decode
+ * rate (tokens per second of decode-only steps) to stderr; --unconstrained runs the same requests
  * without the grammar and --inline-masks without the mask overlap, for
  * comparison (docs/benchmarks.md). `bench` drives a matcher directly over the model's
  * vocabulary: random walks through the grammar, timing every mask; it reports
@@ -39,8 +43,9 @@ static void grammar_usage(void)
     fprintf(
         stderr,
         "usage: inferd grammar check GRAMMAR [--dump]\n"
-        "       inferd grammar gen -m MODEL GRAMMAR [--count N] [-n MAX_TOKENS] [--seed S]\n"
-        "                          [--temp T] [--threads N] [--inline-masks] [--unconstrained]\n"
+        "       inferd grammar gen -m MODEL GRAMMAR [--count N] [--parallel N] [-n MAX_TOKENS]\n"
+        "                          [--seed S] [--temp T] [--threads N] [--inline-masks]\n"
+        "                          [--unconstrained]\n"
         "       inferd grammar bench -m MODEL GRAMMAR [--walks N] [--steps N] [--json]\n"
         "                            [--verify]\n"
         "GRAMMAR: --ebnf FILE | --regex RE | --json-schema FILE | --json-object\n");
@@ -67,6 +72,7 @@ struct gopts {
     size_t len;             /* bytes */
     const char *model;      /* -m */
     long count, max_tokens, seed, threads, walks, steps;
+    long parallel; /* gen: generations running at once (0: 64) */
     double temp;
     bool dump, json, verify;
     bool inline_masks;  /* gen: masks after the forward (engine grammar_inline) */
@@ -118,6 +124,8 @@ static int parse(int argc, char **argv, struct gopts *o)
             o->model = val;
         } else if (!strcmp(a, "--count")) {
             if (!arg_int(a, val, 1, 100000, &o->count)) return -1;
+        } else if (!strcmp(a, "--parallel")) {
+            if (!arg_int(a, val, 1, 4096, &o->parallel)) return -1;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
             if (!arg_int(a, val, 1, 1 << 20, &o->max_tokens)) return -1;
         } else if (!strcmp(a, "--seed")) {
@@ -196,6 +204,31 @@ static int open_model(const char *path, inferd_model **model, struct grammar_voc
     return 1;
 }
 
+/* Submits generation k of `gen`: a 4-token prompt and a seed that depend
+ * only on (k, --seed). Returns 0, or 1 with the engine's message printed. */
+static int gen_submit(inferd_engine *e, const struct gopts *o, long k, int n_vocab, int max_tokens,
+                      uint64_t *id)
+{
+    char err[512];
+    int32_t prompt[4];
+    for (int i = 0; i < 4; i++)
+        prompt[i] = (int32_t)((k * 7919 + (long)i * 104729 + o->seed) % n_vocab);
+    struct inferd_request r = {.prompt = prompt, .n_prompt = 4, .max_tokens = max_tokens};
+    inferd_sampling_default(&r.sampling);
+    r.sampling.temperature = o->temp > 0 ? (float)o->temp : 1.0f;
+    r.sampling.seed = (uint64_t)o->seed * 1000003u + (uint64_t)k;
+    if (!o->unconstrained) {
+        r.grammar.kind = (enum inferd_grammar_kind)o->kind;
+        r.grammar.source = o->src;
+        r.grammar.len = o->len;
+    }
+    if (inferd_submit(e, &r, id, err, sizeof(err))) {
+        fprintf(stderr, "inferd: grammar gen: %s\n", err);
+        return 1;
+    }
+    return 0;
+}
+
 static int gen(struct gopts *o)
 {
     inferd_model *model;
@@ -205,11 +238,12 @@ static int gen(struct gopts *o)
     int rc = 1;
     char err[512];
     long count = o->count ? o->count : 1, max_tokens = o->max_tokens ? o->max_tokens : 256;
+    long parallel = MIN(count, o->parallel ? o->parallel : 64);
     struct inferd_engine_config cfg;
     inferd_engine_config_default(&cfg);
     cfg.n_threads = (int)o->threads;
     cfg.grammar_inline = o->inline_masks;
-    cfg.max_seqs = (int)MIN(count, 64);
+    cfg.max_seqs = (int)parallel;
     cfg.max_ctx = (int)max_tokens + 8;
     inferd_engine *e;
     if (inferd_engine_new(model, &cfg, &e, err, sizeof(err))) {
@@ -220,27 +254,14 @@ static int gen(struct gopts *o)
     struct buf *text = xcalloc((size_t)count, sizeof(struct buf));
     int *n_tok = xcalloc((size_t)count, sizeof(int));
     uint64_t *ids = xcalloc((size_t)count, sizeof(uint64_t));
-    for (long k = 0; k < count; k++) {
-        int32_t prompt[4];
-        for (int i = 0; i < 4; i++)
-            prompt[i] = (int32_t)((k * 7919 + (long)i * 104729 + o->seed) % n_vocab);
-        struct inferd_request r = {.prompt = prompt, .n_prompt = 4, .max_tokens = (int)max_tokens};
-        inferd_sampling_default(&r.sampling);
-        r.sampling.temperature = o->temp > 0 ? (float)o->temp : 1.0f;
-        r.sampling.seed = (uint64_t)o->seed * 1000003u + (uint64_t)k;
-        if (!o->unconstrained) {
-            r.grammar.kind = (enum inferd_grammar_kind)o->kind;
-            r.grammar.source = o->src;
-            r.grammar.len = o->len;
-        }
-        if (inferd_submit(e, &r, &ids[k], err, sizeof(err))) {
-            fprintf(stderr, "inferd: grammar gen: %s\n", err);
-            goto out_engine;
-        }
-    }
-    long finished = 0, decode_tokens = 0;
+    long submitted = 0, finished = 0, decode_tokens = 0;
     double decode_s = 0;
     while (finished < count) {
+        /* top up to `parallel` running: the engine takes them into the next
+         * step (more would only wait, and the wait queue is bounded) */
+        for (; submitted < count && submitted - finished < parallel; submitted++)
+            if (gen_submit(e, o, submitted, n_vocab, (int)max_tokens, &ids[submitted]))
+                goto out_engine;
         double t0 = time_now_s();
         int n = inferd_engine_step(e);
         double dt = time_now_s() - t0;
@@ -257,8 +278,9 @@ static int gen(struct gopts *o)
         }
         struct inferd_event ev;
         while (inferd_poll(e, &ev)) {
+            /* ids are given in submit order, one apart */
             long k = (long)(ev.request - ids[0]);
-            CHECK(k >= 0 && k < count);
+            CHECK(k >= 0 && k < submitted && ids[k] == ev.request);
             if (ev.token >= 0) {
                 n_tok[k]++;
                 uint32_t len;

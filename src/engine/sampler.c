@@ -27,13 +27,24 @@
  *   logprobs        one more pass (exp and a running sum over the raw
  *                   logits); the exp part is skipped when the lazy path's
  *                   weights are those very terms (T == 1, nothing touched)
+ *   sparse mask     a token mask (params.allowed) that allows at most
+ *                   V / SPARSE_DIV tokens - most grammar positions - is
+ *                   listed once (ids ascending) and every step above runs
+ *                   over that list only: the max and raw scan over the
+ *                   listed ids, then a full sort of the listed candidates
+ *                   (the top-k path's code with k = all of them), logprobs
+ *                   summed over them. Disallowed tokens weigh +0 and have
+ *                   no rank, so each total (a sum over ids in id order,
+ *                   +0 terms left out) and each walk is the same as the
+ *                   dense path's: the choice of path changes no bit.
  *
  * Which path ranks the tokens, and how far, never changes a result: every
  * total is defined over token ids (sum_lanes), and a streaming pass or a sort
  * of the few ids involved give the same double; every cumulative walks the
  * same rank order. The tests check the two paths against each other.
  *
- * Scratch invariants between calls: slot[] is all -1 and n_ov is 0.
+ * Scratch invariants between calls: slot[] is all -1 and n_ov is 0;
+ * masked[] is all -inf unless masked_dirty (a dense mask filled it).
  */
 #include "engine/sampler.h"
 
@@ -50,6 +61,7 @@
 #define MAX_VOCAB   (1 << 30)
 #define BLOCK       64 /* ids per block_min entry */
 #define SUM_LANES   8  /* interleaved accumulators of a total (see sum_lanes) */
+#define SPARSE_DIV  16 /* a mask allowing at most V / SPARSE_DIV tokens is walked as a list */
 
 /* A token whose logit bias or penalties changed. */
 struct override {
@@ -77,14 +89,18 @@ struct sampler {
     int32_t hist_n[256];        /* lazy path: tokens per bucket (BUCKET_NONE: non-candidates) */
     double bucket_w[N_BUCKETS]; /* typical weight in each bucket, to estimate masses */
     float *masked;              /* (V) logits with disallowed tokens at -inf (params.allowed) */
+    bool masked_dirty;          /* masked[] holds a dense fill, not all -inf */
+    int32_t *allow;             /* (V) allowed ids ascending, first n_allow valid (sparse mask) */
 };
 
 /* Per-call values shared by the steps below. */
 struct call {
-    const float *x; /* (V) raw logits */
-    float m;        /* max processed logit */
-    float inv_temp; /* 1 / temperature, in float */
-    float min_p;    /* min-p threshold on w */
+    const float *x;       /* (V) raw logits */
+    const int32_t *allow; /* (n_allow) the only ids that can be candidates; NULL = all V */
+    int n_allow;          /* listed ids when allow */
+    float m;              /* max processed logit */
+    float inv_temp;       /* 1 / temperature, in float */
+    float min_p;          /* min-p threshold on w */
 };
 
 /* ---- small numeric helpers ----
@@ -140,8 +156,9 @@ static inline float clampf(float x)
 #define VOCAB_LOOP
 #endif
 
-#define BITS_M87  0xc2ae0000u /* fbits(-87.0f) */
-#define BITS_NEG0 0x80000000u /* fbits(-0.0f) */
+#define BITS_M87     0xc2ae0000u /* fbits(-87.0f) */
+#define BITS_NEG0    0x80000000u /* fbits(-0.0f) */
+#define BITS_NEG_INF 0xff800000u /* fbits(-INFINITY) */
 
 /*
  * e^x for x <= 0, in float, from IEEE basic operations only (no libm, no FMA:
@@ -341,6 +358,9 @@ struct sampler *sampler_new(int n_vocab)
     s->keys = xmalloc(v * sizeof(*s->keys));
     s->keys_tmp = xmalloc(v * sizeof(*s->keys_tmp));
     s->masked = xmalloc(v * sizeof(*s->masked));
+    for (size_t i = 0; i < v; i++)
+        s->masked[i] = -INFINITY;
+    s->allow = xmalloc(v * sizeof(*s->allow));
     return s;
 }
 
@@ -357,6 +377,7 @@ void sampler_free(struct sampler *s)
     free(s->keys);
     free(s->keys_tmp);
     free(s->masked);
+    free(s->allow);
     free(s);
 }
 
@@ -417,6 +438,41 @@ static void raw_scan(const float *x, int n_vocab, struct top_raw *t)
             thr = t->z[t->cap - 1];
         }
     }
+}
+
+/* raw_scan over the listed ids only (ascending); the others must be -inf. */
+static void raw_scan_ids(const float *x, const int32_t *ids, int n, struct top_raw *t)
+{
+    int j = 0;
+    t->n = 0;
+    for (; j < n && t->n < t->cap; j++)
+        if (is_finite(x[ids[j]])) top_raw_insert(t, x[ids[j]], ids[j]);
+    float thr = t->n == t->cap ? t->z[t->cap - 1] : INFINITY;
+    for (; j < n; j++) {
+        float v = x[ids[j]];
+        if (v > thr) {
+            if (!is_finite(v)) continue;
+            top_raw_insert(t, v, ids[j]);
+            thr = t->z[t->cap - 1];
+        }
+    }
+}
+
+/* raw_max over the listed ids: the same integer keys, so the same bits
+ * (+0 wins over -0 here too). */
+static float ids_max(const float *x, const int32_t *ids, int n)
+{
+    int32_t best = INT32_MIN;
+    for (int j = 0; j < n; j++) {
+        float v = x[ids[j]];
+        if (!is_finite(v)) continue;
+        uint32_t u = fbits(v);
+        int32_t k = (int32_t)(u ^ ((uint32_t)((int32_t)u >> 31) & 0x7fffffffu));
+        best = k > best ? k : best;
+    }
+    if (best == INT32_MIN) return -INFINITY;
+    uint32_t u = (uint32_t)best;
+    return bitsf(u ^ ((uint32_t)((int32_t)u >> 31) & 0x7fffffffu));
 }
 
 /* The largest finite raw logit, or -inf if there is none. Floats compare
@@ -601,6 +657,23 @@ static void rank_top_k(struct sampler *s, const float *x, int k)
         }
     }
     uint64_t *sorted = sort_keys(h, s->keys_tmp, n, 0, 8);
+    for (int j = 0; j < n; j++)
+        s->rank[j] = (int32_t)(uint32_t)sorted[j];
+    s->n_ranked = n;
+    s->next_bucket = N_BUCKETS; /* nothing more to rank */
+}
+
+/* The top-k path's ranking for a sparse mask: every listed candidate (the
+ * allowed ids with a finite logit) sorted, the first k kept (all when k is 0
+ * or larger). The ids are listed ascending, so the keys arrive in id order
+ * and sorting their z half is enough. */
+static void rank_listed(struct sampler *s, const float *x, const int32_t *ids, int n_ids, int k)
+{
+    int n = 0;
+    for (int j = 0; j < n_ids; j++)
+        if (is_finite(x[ids[j]])) s->keys[n++] = rank_key(zval(s, x, ids[j]), ids[j]);
+    uint64_t *sorted = sort_keys(s->keys, s->keys_tmp, n, 4, 8);
+    if (k > 0 && k < n) n = k;
     for (int j = 0; j < n; j++)
         s->rank[j] = (int32_t)(uint32_t)sorted[j];
     s->n_ranked = n;
@@ -842,7 +915,7 @@ static int32_t sample_token(struct sampler *s, const struct sampler_params *p, c
     int k = p->top_k;
     /* A top_k at or above the number of candidates keeps them all; both
      * paths compute that same definition, so this test is only for speed. */
-    bool lazy = k == 0 || k >= s->n_vocab;
+    bool lazy = !c->allow && (k == 0 || k >= s->n_vocab);
     double w_kept; /* total of the top-k set */
     double w_min;  /* total of its members with w >= min_p (lazy path) */
     int n_kept;    /* size of the top-k set */
@@ -852,7 +925,10 @@ static int32_t sample_token(struct sampler *s, const struct sampler_params *p, c
         n_kept = s->n_vocab - s->hist_n[BUCKET_NONE];
         *w_is_raw_exp = c->inv_temp == 1.0f && s->n_ov == 0;
     } else {
-        rank_top_k(s, x, k);
+        if (c->allow)
+            rank_listed(s, x, c->allow, c->n_allow, k);
+        else
+            rank_top_k(s, x, k);
         for (int j = 0; j < s->n_ranked; j++) {
             int32_t id = s->rank[j];
             s->w[id] = exp_neg((zval(s, x, id) - c->m) * c->inv_temp);
@@ -889,9 +965,19 @@ VOCAB_LOOP static void exp_loop(const float *restrict x, float *restrict w, int 
  * in s->w so that the exp loop vectorizes; have_terms says s->w holds them
  * already (the lazy path at T == 1 with nothing touched computed the very
  * same values). */
-static double raw_exp_sum(struct sampler *s, const float *x, float m, bool have_terms)
+static double raw_exp_sum(struct sampler *s, const struct call *c, float m, bool have_terms)
 {
+    const float *x = c->x;
     int V = s->n_vocab;
+    if (c->allow) { /* the same running sum without its +0 terms */
+        double sum = 0.0;
+        for (int j = 0; j < c->n_allow; j++) {
+            float v = x[c->allow[j]];
+            bool fin = is_finite(v);
+            sum += keep_or_zero(fin, exp_neg(keep_or_zero(fin, v - m)));
+        }
+        return sum;
+    }
     if (!have_terms) exp_loop(x, s->w, V, m);
     const float *w = s->w;
     double sum = 0.0;
@@ -927,6 +1013,65 @@ static float raw_logprob(float v, float m, double log_sum)
     return (float)(((double)v - (double)m) - log_sum);
 }
 
+/* ---- token masks ---- */
+
+/* Lists the allowed ids in s->allow when there are at most V / SPARSE_DIV of
+ * them; returns how many, or -1 (nothing listed) when there are more. Bits
+ * past V are ignored. */
+static int list_allowed(struct sampler *s, const uint64_t *allowed)
+{
+    int V = s->n_vocab, n_words = (V + 63) / 64, n = 0;
+    uint64_t tail = V % 64 ? (1ull << (V % 64)) - 1 : ~0ull; /* valid bits of the last word */
+    for (int j = 0; j < n_words; j++)
+        n += __builtin_popcountll(j == n_words - 1 ? allowed[j] & tail : allowed[j]);
+    if (n > V / SPARSE_DIV) return -1;
+    n = 0;
+    for (int j = 0; j < n_words; j++) {
+        uint64_t word = j == n_words - 1 ? allowed[j] & tail : allowed[j];
+        while (word) {
+            s->allow[n++] = j * 64 + __builtin_ctzll(word);
+            word &= word - 1;
+        }
+    }
+    return n;
+}
+
+/* masked[] = the logits with disallowed tokens at -inf, a 64-token word at a
+ * time (whole words allowed or forbidden are the common case). */
+static void fill_dense(struct sampler *s, const uint64_t *allowed, const float *x)
+{
+    int V = s->n_vocab;
+    float *out = s->masked;
+    for (int j = 0; j * 64 < V; j++) {
+        int i0 = j * 64, n = MIN(64, V - i0);
+        uint64_t word = allowed[j];
+        if (n == 64 && word == ~0ull) {
+            memcpy(out + i0, x + i0, 64 * sizeof(*out));
+        } else if (word == 0) {
+            for (int i = 0; i < n; i++)
+                out[i0 + i] = -INFINITY;
+        } else { /* a select on the bits: a branch per token mispredicts */
+            for (int i = 0; i < n; i++) {
+                uint32_t keep = 0u - (uint32_t)((word >> i) & 1);
+                out[i0 + i] = bitsf((fbits(x[i0 + i]) & keep) | (BITS_NEG_INF & ~keep));
+            }
+        }
+    }
+    s->masked_dirty = true;
+}
+
+/* masked[] = -inf except the listed ids, which get their logits. */
+static void fill_sparse(struct sampler *s, int n_allow, const float *x)
+{
+    if (s->masked_dirty) {
+        for (int i = 0; i < s->n_vocab; i++)
+            s->masked[i] = -INFINITY;
+        s->masked_dirty = false;
+    }
+    for (int j = 0; j < n_allow; j++)
+        s->masked[s->allow[j]] = x[s->allow[j]];
+}
+
 /* ---- the call ---- */
 
 int sampler_sample(struct sampler *s, const struct sampler_params *p, const float *logits,
@@ -938,13 +1083,19 @@ int sampler_sample(struct sampler *s, const struct sampler_params *p, const floa
     if (rc) return rc;
     if (n_prompt < 0 || n_generated < 0 || position < 0) return ERR_INVALID;
     if ((n_prompt > 0 && !prompt) || (n_generated > 0 && !generated)) return ERR_INVALID;
+    /* Disallowed tokens become -inf: never chosen whatever their bias, and
+     * absent from the logprob normalizer. A sparse mask also lists its ids,
+     * and every later step walks only those (n_allow >= 0). */
+    int n_allow = -1;
     if (p->allowed) {
-        /* Disallowed tokens become -inf: never chosen whatever their bias,
-         * and absent from the logprob normalizer. */
-        for (int i = 0; i < s->n_vocab; i++)
-            s->masked[i] = (p->allowed[i >> 6] >> (i & 63)) & 1 ? logits[i] : -INFINITY;
+        n_allow = list_allowed(s, p->allowed);
+        if (n_allow >= 0)
+            fill_sparse(s, n_allow, logits);
+        else
+            fill_dense(s, p->allowed, logits);
         logits = s->masked;
     }
+    const int32_t *allow = n_allow >= 0 ? s->allow : NULL;
 
     rc = build_overrides(s, p, logits, prompt, n_prompt, generated, n_generated);
     if (rc) goto out_clear;
@@ -957,9 +1108,12 @@ int sampler_sample(struct sampler *s, const struct sampler_params *p, const floa
     float m;
     int32_t best = -1;
     if (p->temperature > 0.0f && s->n_ov == 0 && !p->logprobs) {
-        m = raw_max(logits, s->n_vocab);
+        m = allow ? ids_max(logits, allow, n_allow) : raw_max(logits, s->n_vocab);
     } else {
-        raw_scan(logits, s->n_vocab, &top);
+        if (allow)
+            raw_scan_ids(logits, allow, n_allow, &top);
+        else
+            raw_scan(logits, s->n_vocab, &top);
         best = best_processed(s, logits, &top);
         m = best >= 0 ? zval(s, logits, best) : -INFINITY;
     }
@@ -971,15 +1125,17 @@ int sampler_sample(struct sampler *s, const struct sampler_params *p, const floa
     struct sampler_result res;
     memset(&res, 0, sizeof(res));
     bool w_is_raw_exp = false;
+    struct call c = {
+        .x = logits,
+        .allow = allow,
+        .n_allow = n_allow,
+        .m = m,
+        .inv_temp = p->temperature > 0.0f ? clampf(1.0f / p->temperature) : 0.0f, /* not +inf */
+        .min_p = p->min_p,
+    };
     if (p->temperature == 0.0f) {
         res.token = best;
     } else {
-        struct call c = {
-            .x = logits,
-            .m = m,
-            .inv_temp = clampf(1.0f / p->temperature), /* +inf would make 0 * inf */
-            .min_p = p->min_p,
-        };
         double u = sampler_uniform(p->seed, position);
         res.token = sample_token(s, p, &c, u, &w_is_raw_exp);
     }
@@ -987,7 +1143,7 @@ int sampler_sample(struct sampler *s, const struct sampler_params *p, const floa
 
     if (p->logprobs) {
         float m_raw = top.z[0];
-        double log_sum = log_det(raw_exp_sum(s, logits, m_raw, w_is_raw_exp));
+        double log_sum = log_det(raw_exp_sum(s, &c, m_raw, w_is_raw_exp));
         res.logprob = raw_logprob(logits[res.token], m_raw, log_sum);
         res.n_top = MIN(p->n_logprobs, top.n);
         for (int i = 0; i < res.n_top; i++) {
@@ -1000,5 +1156,7 @@ int sampler_sample(struct sampler *s, const struct sampler_params *p, const floa
 
 out_clear:
     ov_clear(s);
+    for (int j = 0; j < n_allow; j++) /* masked[] back to all -inf */
+        s->masked[s->allow[j]] = -INFINITY;
     return rc;
 }

@@ -1007,6 +1007,116 @@ TEST(lazy_ranking_equals_full_sort)
     free(x);
 }
 
+/* ---- masks: the sparse list path equals the dense path ---- */
+
+/* Everything a result holds, compared bit for bit. */
+static bool same_result(const struct sampler_result *a, const struct sampler_result *b)
+{
+    if (a->token != b->token || a->n_top != b->n_top) return false;
+    if (memcmp(&a->logprob, &b->logprob, sizeof(float))) return false;
+    for (int i = 0; i < a->n_top; i++)
+        if (a->top[i].token != b->top[i].token ||
+            memcmp(&a->top[i].logprob, &b->top[i].logprob, sizeof(float)))
+            return false;
+    return true;
+}
+
+/* A mask with n_allow random ids of V (some listed twice: set once). */
+static void random_mask(uint64_t *mask, int V, int n_allow)
+{
+    memset(mask, 0, sizeof(uint64_t) * (size_t)((V + 63) / 64));
+    for (int i = 0; i < n_allow; i++) {
+        int id = (int)(rng_uniform() * V);
+        mask[id >> 6] |= 1ull << (id & 63);
+    }
+}
+
+/* A mask that allows few tokens (at most V / 16) is walked as a list of ids;
+ * one that allows more fills a masked copy of the row. The definitions are
+ * the same, so: the result with the mask must equal the result of the
+ * unmasked sampler on the logits with every disallowed token set to -inf -
+ * tokens, logprobs and alternatives, bit for bit - for any parameters, with
+ * penalties and biases on allowed and disallowed tokens, and with sparse and
+ * dense masks alternating on one sampler (masked scratch reused). */
+TEST(sparse_mask_equals_dense_definition)
+{
+    int V = 50000;
+    float *x = random_logits(V, 2.0, 123);
+    x[3] = 0.0f; /* +0 and -0 both allowed below: the max must pick as the dense scan */
+    x[4] = -0.0f;
+    x[5] = NAN;
+    x[6] = INFINITY;
+    float *xm = xmalloc((size_t)V * sizeof(*xm));
+    uint64_t *mask = xmalloc(sizeof(uint64_t) * (size_t)((V + 63) / 64));
+    struct sampler *s = sampler_new(V), *ref = sampler_new(V);
+    int32_t prompt[40], gen[20];
+    for (int i = 0; i < 40; i++)
+        prompt[i] = (i * 7919) % V;
+    for (int i = 0; i < 20; i++)
+        gen[i] = (i * 104729) % V;
+    const int sizes[] = {1, 2, 7, 60, 900, V / 20, V / 16, V / 16 + 1, V / 3};
+    int checked = 0, differ = 0;
+    rng_state = 9;
+    for (size_t a = 0; a < ARRAY_LEN(sizes); a++) {
+        for (int variant = 0; variant < 8; variant++) {
+            random_mask(mask, V, sizes[a]);
+            for (int i = 3; i < 7; i++)
+                mask[0] |= (variant & 1) ? 1ull << i : 0;
+            struct sampler_bias bias[3];
+            struct sampler_params p = params(variant == 2 ? 0.0f : (variant == 5 ? 3.0f : 0.7f));
+            p.top_k = variant == 3 ? 5 : 0;
+            p.top_p = variant == 4 ? 0.6f : 1.0f;
+            p.min_p = variant == 6 ? 0.1f : 0.0f;
+            p.logprobs = variant % 2 == 0;
+            p.n_logprobs = p.logprobs ? 4 : 0;
+            if (variant >= 6) { /* bias an allowed token and a (probably) forbidden one */
+                int on = -1;
+                for (int i = 0; i < V && on < 0; i++)
+                    if ((mask[i >> 6] >> (i & 63)) & 1) on = i;
+                bias[0] = (struct sampler_bias){on, 3.0f};
+                bias[1] = (struct sampler_bias){(on + 1) % V, 50.0f};
+                bias[2] = (struct sampler_bias){prompt[1], -2.0f};
+                p.logit_bias = bias;
+                p.n_logit_bias = 3;
+                p.repetition_penalty = 1.3f;
+                p.presence_penalty = 0.4f;
+                p.frequency_penalty = 0.2f;
+            }
+            for (int i = 0; i < V; i++)
+                xm[i] = (mask[i >> 6] >> (i & 63)) & 1 ? x[i] : -INFINITY;
+            bool any = false;
+            for (int i = 0; i < V; i++)
+                any |= xm[i] >= -FLT_MAX && xm[i] <= FLT_MAX;
+            for (int pos = 0; pos < 12; pos++) {
+                struct sampler_params q = p;
+                q.seed = (uint64_t)(a * 100 + (size_t)variant);
+                struct sampler_result r1, r2;
+                memset(&r1, 0, sizeof(r1));
+                memset(&r2, 0, sizeof(r2));
+                int rc2 = sampler_sample(ref, &q, xm, prompt, 40, gen, 20, pos, &r2);
+                q.allowed = mask;
+                int rc1 = sampler_sample(s, &q, x, prompt, 40, gen, 20, pos, &r1);
+                EXPECT_EQ_INT(rc1, rc2);
+                EXPECT_EQ_INT(rc1, any ? 0 : ERR_INVALID);
+                checked++;
+                if (rc1 == 0 && rc2 == 0 && !same_result(&r1, &r2)) {
+                    if (differ++ < 3)
+                        fprintf(stderr, "  %d allowed, variant %d, position %d: token %d vs %d\n",
+                                sizes[a], variant, pos, (int)r1.token, (int)r2.token);
+                    test_failures_in_case++;
+                }
+                if (rc1 == 0) EXPECT((mask[r1.token >> 6] >> (r1.token & 63)) & 1);
+            }
+        }
+    }
+    EXPECT(checked == (int)ARRAY_LEN(sizes) * 8 * 12);
+    free(x);
+    free(xm);
+    free(mask);
+    sampler_free(s);
+    sampler_free(ref);
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t ka = *(const uint64_t *)a, kb = *(const uint64_t *)b;
@@ -1196,6 +1306,16 @@ TEST(speed_on_151936_vocab)
         p.presence_penalty = 0.5f;
         p.frequency_penalty = 0.5f;
         time_case(s, "llama.cpp-like + penalties over 2200 tokens", &p, x, prompt, 2000, gen, 200);
+        /* grammar masks: a structural position (few tokens, listed) and
+         * free text (most tokens, a masked copy of the row) */
+        uint64_t *mask = xmalloc(sizeof(uint64_t) * (size_t)((V + 63) / 64));
+        random_mask(mask, V, 2000);
+        p = params(1.0f);
+        p.allowed = mask;
+        time_case(s, "T 1, mask allowing ~2,000 tokens", &p, x, NULL, 0, NULL, 0);
+        random_mask(mask, V, 150000); /* ~63% of the vocabulary */
+        time_case(s, "T 1, mask allowing ~95,000 tokens", &p, x, NULL, 0, NULL, 0);
+        free(mask);
         free(x);
     }
     sampler_free(s);
