@@ -162,6 +162,45 @@ static void set_named(struct api_request *r, const char *name)
     r->tool_name = xstrdup(name);
 }
 
+/* OpenAI tool_choice (Chat and Responses): "auto" | "none" | "required", or
+ * {"type": "function", ...} naming one tool; name is read where that API
+ * keeps it, shape spells the object form for the error. */
+static int openai_choice(const json_t *choice, const char *name, const char *shape,
+                         struct api_request *r, struct err_msg *msg)
+{
+    if (choice && !json_is_null(choice)) {
+        const char *c = json_string_value(choice);
+        const char *type = json_string_value(json_object_get(choice, "type"));
+        if (c) {
+            if (choice_word(c, "required", r))
+                return api_fail(r, msg, "tool_choice", "'%.40s' is not one of auto, none, required",
+                                c);
+        } else if (type && !strcmp(type, "function") && name) {
+            set_named(r, name);
+        } else {
+            return api_fail(r, msg, "tool_choice",
+                            "expected \"auto\", \"none\", \"required\" or %s", shape);
+        }
+    }
+    return check_choice(r, msg);
+}
+
+/* Appends tools[i] as an OpenAI Chat function definition to out, after
+ * checking its name (Responses and Anthropic tools are rewritten so). */
+static int add_function(json_t *out, size_t i, const json_t *name, const json_t *desc,
+                        const json_t *params, struct api_request *r, struct err_msg *msg)
+{
+    char p[64];
+    snprintf(p, sizeof(p), "tools[%zu].name", i);
+    int rc = check_name(json_string_value(name), p, r, msg);
+    if (rc) return rc;
+    json_t *fn = json_pack("{s:O}", "name", name);
+    if (json_is_string(desc)) json_object_set(fn, "description", (json_t *)desc);
+    if (json_is_object(params)) json_object_set(fn, "parameters", (json_t *)params);
+    json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
+    return 0;
+}
+
 int api_get_tools(const json_t *root, struct api_request *r, struct err_msg *msg)
 {
     const json_t *tools = json_object_get(root, "tools");
@@ -188,24 +227,10 @@ int api_get_tools(const json_t *root, struct api_request *r, struct err_msg *msg
         if (json_array_size(tools) > 0) r->tools = json_incref((json_t *)tools);
     }
     const json_t *choice = json_object_get(root, "tool_choice");
-    if (choice && !json_is_null(choice)) {
-        const char *c = json_string_value(choice);
-        const json_t *fn = json_object_get(choice, "function");
-        const char *name = json_string_value(json_object_get(fn, "name"));
-        const char *type = json_string_value(json_object_get(choice, "type"));
-        if (c) {
-            if (choice_word(c, "required", r))
-                return api_fail(r, msg, "tool_choice", "'%.40s' is not one of auto, none, required",
-                                c);
-        } else if (type && !strcmp(type, "function") && name) {
-            set_named(r, name);
-        } else {
-            return api_fail(r, msg, "tool_choice",
-                            "expected \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
-                            "\"function\": {\"name\": string}}");
-        }
-    }
-    return check_choice(r, msg);
+    const char *name =
+        json_string_value(json_object_get(json_object_get(choice, "function"), "name"));
+    return openai_choice(choice, name, "{\"type\": \"function\", \"function\": {\"name\": string}}",
+                         r, msg);
 }
 
 int api_get_responses_tools(const json_t *root, struct api_request *r, struct err_msg *msg)
@@ -237,16 +262,11 @@ int api_get_responses_tools(const json_t *root, struct api_request *r, struct er
                                 "expected {\"type\": \"function\", \"name\": string, "
                                 "\"description\": string, \"parameters\": object}");
             }
-            snprintf(p, sizeof(p), "tools[%zu].name", i);
-            int rc = check_name(json_string_value(name), p, r, msg);
+            int rc = add_function(out, i, name, desc, params, r, msg);
             if (rc) {
                 json_decref(out);
                 return rc;
             }
-            json_t *fn = json_pack("{s:O}", "name", name);
-            if (json_is_string(desc)) json_object_set(fn, "description", (json_t *)desc);
-            if (json_is_object(params)) json_object_set(fn, "parameters", (json_t *)params);
-            json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
         }
         if (json_array_size(out) > 0)
             r->tools = out;
@@ -254,23 +274,8 @@ int api_get_responses_tools(const json_t *root, struct api_request *r, struct er
             json_decref(out);
     }
     const json_t *choice = json_object_get(root, "tool_choice");
-    if (choice && !json_is_null(choice)) {
-        const char *c = json_string_value(choice);
-        const char *type = json_string_value(json_object_get(choice, "type"));
-        const char *name = json_string_value(json_object_get(choice, "name"));
-        if (c) {
-            if (choice_word(c, "required", r))
-                return api_fail(r, msg, "tool_choice", "'%.40s' is not one of auto, none, required",
-                                c);
-        } else if (type && !strcmp(type, "function") && name) {
-            set_named(r, name);
-        } else {
-            return api_fail(r, msg, "tool_choice",
-                            "expected \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
-                            "\"name\": string}");
-        }
-    }
-    return check_choice(r, msg);
+    return openai_choice(choice, json_string_value(json_object_get(choice, "name")),
+                         "{\"type\": \"function\", \"name\": string}", r, msg);
 }
 
 int api_get_anthropic_tools(const json_t *root, struct api_request *r, struct err_msg *msg)
@@ -295,16 +300,11 @@ int api_get_anthropic_tools(const json_t *root, struct api_request *r, struct er
                                 "expected {\"name\": string, \"description\": string, "
                                 "\"input_schema\": object}");
             }
-            snprintf(p, sizeof(p), "tools[%zu].name", i);
-            int rc = check_name(json_string_value(name), p, r, msg);
+            int rc = add_function(out, i, name, desc, schema, r, msg);
             if (rc) {
                 json_decref(out);
                 return rc;
             }
-            json_t *fn = json_pack("{s:O}", "name", name);
-            if (desc) json_object_set(fn, "description", (json_t *)desc);
-            if (schema) json_object_set(fn, "parameters", (json_t *)schema);
-            json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
         }
         if (json_array_size(out) > 0)
             r->tools = out;
