@@ -233,46 +233,55 @@ int api_get_tools(const json_t *root, struct api_request *r, struct err_msg *msg
                          r, msg);
 }
 
+/* Responses and Anthropic tool lists ({name, description, <params_key>}),
+ * rewritten as OpenAI Chat function definitions into r->tools. only_type:
+ * the one "type" a tool may name (NULL: type not checked); shape spells a
+ * tool for the error. */
+static int rewrite_tools(const json_t *tools, const char *params_key, const char *only_type,
+                         const char *shape, struct api_request *r, struct err_msg *msg)
+{
+    if (!tools || json_is_null(tools)) return 0;
+    if (!json_is_array(tools)) return api_fail(r, msg, "tools", "expected an array");
+    json_t *out = json_array();
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t)
+    {
+        char p[64];
+        snprintf(p, sizeof(p), "tools[%zu]", i);
+        const char *type = json_string_value(json_object_get(t, "type"));
+        const json_t *name = json_object_get(t, "name");
+        const json_t *desc = json_object_get(t, "description");
+        const json_t *params = json_object_get(t, params_key);
+        int rc;
+        if (only_type && type && strcmp(type, only_type))
+            rc = api_fail(r, msg, p, "tool type '%.40s' is not supported (%s only)", type,
+                          only_type);
+        else if (!json_is_object(t) || !json_is_string(name) ||
+                 (desc && !json_is_string(desc) && !json_is_null(desc)) ||
+                 (params && !json_is_object(params) && !json_is_null(params)))
+            rc = api_fail(r, msg, p, "expected %s", shape);
+        else
+            rc = add_function(out, i, name, desc, params, r, msg);
+        if (rc) {
+            json_decref(out);
+            return rc;
+        }
+    }
+    if (json_array_size(out) > 0)
+        r->tools = out;
+    else
+        json_decref(out);
+    return 0;
+}
+
 int api_get_responses_tools(const json_t *root, struct api_request *r, struct err_msg *msg)
 {
-    const json_t *tools = json_object_get(root, "tools");
-    if (tools && !json_is_null(tools)) {
-        if (!json_is_array(tools)) return api_fail(r, msg, "tools", "expected an array");
-        json_t *out = json_array();
-        size_t i;
-        const json_t *t;
-        json_array_foreach(tools, i, t)
-        {
-            char p[64];
-            snprintf(p, sizeof(p), "tools[%zu]", i);
-            const char *type = json_string_value(json_object_get(t, "type"));
-            const json_t *name = json_object_get(t, "name");
-            const json_t *desc = json_object_get(t, "description");
-            const json_t *params = json_object_get(t, "parameters");
-            if (type && strcmp(type, "function")) {
-                json_decref(out);
-                return api_fail(r, msg, p, "tool type '%.40s' is not supported (function only)",
-                                type);
-            }
-            if (!json_is_object(t) || !json_is_string(name) ||
-                (desc && !json_is_string(desc) && !json_is_null(desc)) ||
-                (params && !json_is_object(params) && !json_is_null(params))) {
-                json_decref(out);
-                return api_fail(r, msg, p,
-                                "expected {\"type\": \"function\", \"name\": string, "
-                                "\"description\": string, \"parameters\": object}");
-            }
-            int rc = add_function(out, i, name, desc, params, r, msg);
-            if (rc) {
-                json_decref(out);
-                return rc;
-            }
-        }
-        if (json_array_size(out) > 0)
-            r->tools = out;
-        else
-            json_decref(out);
-    }
+    int rc = rewrite_tools(json_object_get(root, "tools"), "parameters", "function",
+                           "{\"type\": \"function\", \"name\": string, \"description\": "
+                           "string, \"parameters\": object}",
+                           r, msg);
+    if (rc) return rc;
     const json_t *choice = json_object_get(root, "tool_choice");
     return openai_choice(choice, json_string_value(json_object_get(choice, "name")),
                          "{\"type\": \"function\", \"name\": string}", r, msg);
@@ -280,37 +289,11 @@ int api_get_responses_tools(const json_t *root, struct api_request *r, struct er
 
 int api_get_anthropic_tools(const json_t *root, struct api_request *r, struct err_msg *msg)
 {
-    const json_t *tools = json_object_get(root, "tools");
-    if (tools && !json_is_null(tools)) {
-        if (!json_is_array(tools)) return api_fail(r, msg, "tools", "expected an array");
-        json_t *out = json_array();
-        size_t i;
-        const json_t *t;
-        json_array_foreach(tools, i, t)
-        {
-            char p[64];
-            snprintf(p, sizeof(p), "tools[%zu]", i);
-            const json_t *name = json_object_get(t, "name");
-            const json_t *desc = json_object_get(t, "description");
-            const json_t *schema = json_object_get(t, "input_schema");
-            if (!json_is_object(t) || !json_is_string(name) || (desc && !json_is_string(desc)) ||
-                (schema && !json_is_object(schema))) {
-                json_decref(out);
-                return api_fail(r, msg, p,
-                                "expected {\"name\": string, \"description\": string, "
-                                "\"input_schema\": object}");
-            }
-            int rc = add_function(out, i, name, desc, schema, r, msg);
-            if (rc) {
-                json_decref(out);
-                return rc;
-            }
-        }
-        if (json_array_size(out) > 0)
-            r->tools = out;
-        else
-            json_decref(out);
-    }
+    int rc = rewrite_tools(json_object_get(root, "tools"), "input_schema", NULL,
+                           "{\"name\": string, \"description\": string, \"input_schema\": "
+                           "object}",
+                           r, msg);
+    if (rc) return rc;
     const json_t *choice = json_object_get(root, "tool_choice");
     if (choice && !json_is_null(choice)) {
         const char *c = json_string_value(json_object_get(choice, "type"));

@@ -352,9 +352,8 @@ AI void load32x8(const struct tperm *tp, const char *const *rp, size_t off, __m5
     transpose16x8(tp, z, o);
 }
 
-/* 16 f16 values at rp[r] + off -> f32 lanes. Assembled in general registers:
- * going through a small array would stall on store forwarding. */
-AI __m512 gather_f16(const char *const *rp, size_t off)
+/* The 16 f16 values at rp[r] + off, in row order. */
+AI __m256i gather_f16_raw(const char *const *rp, size_t off)
 {
     uint64_t q[4];
     for (int i = 0; i < 4; i++)
@@ -364,7 +363,14 @@ AI __m512 gather_f16(const char *const *rp, size_t off)
                (uint64_t)kern__ld16(rp[4 * i + 3] + off) << 48;
     __m128i a = _mm_insert_epi64(_mm_cvtsi64_si128((long long)q[0]), (long long)q[1], 1);
     __m128i b = _mm_insert_epi64(_mm_cvtsi64_si128((long long)q[2]), (long long)q[3], 1);
-    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
+}
+
+/* The same 16 values as f32 lanes. Assembled in general registers: going
+ * through a small array would stall on store forwarding. */
+AI __m512 gather_f16(const char *const *rp, size_t off)
+{
+    return _mm512_cvtph_ps(gather_f16_raw(rp, off));
 }
 
 /* Software prefetch of the next panel, spread evenly over this panel's
@@ -388,20 +394,6 @@ AI void pfetch_block(const struct pfetch *pf, int b)
 AI __m512i bytes_u(__m512i v, int i, int mask)
 {
     return _mm512_and_si512(_mm512_srli_epi32(v, 8 * i), _mm512_set1_epi32(mask));
-}
-
-/* The 16 f16 values at rp[r] + off, in row order. */
-AI __m256i gather_f16_raw(const char *const *rp, size_t off)
-{
-    uint64_t q[4];
-    for (int i = 0; i < 4; i++)
-        q[i] = (uint64_t)kern__ld16(rp[4 * i] + off) |
-               (uint64_t)kern__ld16(rp[4 * i + 1] + off) << 16 |
-               (uint64_t)kern__ld16(rp[4 * i + 2] + off) << 32 |
-               (uint64_t)kern__ld16(rp[4 * i + 3] + off) << 48;
-    __m128i a = _mm_insert_epi64(_mm_cvtsi64_si128((long long)q[0]), (long long)q[1], 1);
-    __m128i b = _mm_insert_epi64(_mm_cvtsi64_si128((long long)q[2]), (long long)q[3], 1);
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
 }
 
 static void repack_q8_0(const char *const *rp, int b0, int nbc, struct p32 *P,
