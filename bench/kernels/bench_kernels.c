@@ -15,6 +15,12 @@
  *
  *   packed  (q8_0 packed at load, 1 thread): time per call at 1..512 tokens
  *           and its ratio to 1 token (weights from memory up to 64 tokens).
+ *   attention (f16 KV, 1 thread): one decode token's attention for a KV
+ *           group of 7 query heads of width 64 (Qwen2.5-0.5B) over 1,536
+ *           cached positions in 16-row blocks, as the engine runs it: one
+ *           kv_dot / kv_accum call per head and block, and the grouped
+ *           calls (kv_dot_heads / kv_accum_heads); multiply-adds per second
+ *           against the FMA peak.
  *
  * Shapes are Qwen2.5-0.5B's FFN: 4864 x 896 (gate/up) and 896 x 4864 (down);
  * K-quants need k % 256 == 0, so their first shape is 4864 x 1024.
@@ -22,8 +28,8 @@
  * does not count (bandwidth contention still does). Not a test: figures
  * depend on the machine and its load. Built as build/release/bench_kernels
  * (it needs an AVX-512 machine to run).
- * Usage: bench_kernels [isa [trials [packed]]]   (isa: scalar | avx2 | avx512;
- *        "packed": the packed batch sweep only)
+ * Usage: bench_kernels [isa [trials [packed|attention]]]   (isa: scalar | avx2 |
+ *        avx512; "packed" / "attention": that part only)
  */
 #include "kernels/kernels.h"
 
@@ -314,6 +320,73 @@ static void bench_packed_batches(struct shape sh, int trials)
     free(y);
 }
 
+/* Seconds of thread CPU time for one token's attention over n positions,
+ * best of `trials`; grouped = the kv_*_heads calls. */
+static double attention_once(const uint16_t *K, const uint16_t *V, int n, const float *q, float *sc,
+                             float *out, int H, int d, int grouped)
+{
+    const size_t stride = (size_t)d * 2;
+    double t0 = cpu_s();
+    for (int p0 = 0; p0 < n; p0 += 16) {
+        int rows = n - p0 < 16 ? n - p0 : 16;
+        const char *kb = (const char *)K + (size_t)p0 * stride;
+        if (grouped)
+            kern_kv_dot_heads(DTYPE_F16, kb, stride, rows, q, d, H, d, sc + p0, n);
+        else
+            for (int h = 0; h < H; h++)
+                kern_kv_dot(DTYPE_F16, kb, stride, rows, q + (size_t)h * d, d,
+                            sc + (size_t)h * n + p0);
+    }
+    for (int h = 0; h < H; h++)
+        for (int j = 0; j < n; j++)
+            sc[(size_t)h * n + j] = 1.0f / (float)n; /* softmax stands apart from the K/V reads */
+    memset(out, 0, sizeof(float) * (size_t)H * d);
+    for (int p0 = 0; p0 < n; p0 += 16) {
+        int rows = n - p0 < 16 ? n - p0 : 16;
+        const char *vb = (const char *)V + (size_t)p0 * stride;
+        if (grouped)
+            kern_kv_accum_heads(DTYPE_F16, vb, stride, rows, sc + p0, n, H, d, out, d);
+        else
+            for (int h = 0; h < H; h++)
+                kern_kv_accum(DTYPE_F16, vb, stride, rows, sc + (size_t)h * n + p0, d,
+                              out + (size_t)h * d);
+    }
+    return cpu_s() - t0;
+}
+
+static void bench_attention(double p_fma, int trials)
+{
+    const int n = 1536, H = 7, d = 64;
+    uint16_t *K = malloc(sizeof(uint16_t) * n * d), *V = malloc(sizeof(uint16_t) * n * d);
+    float *q = malloc(sizeof(float) * H * d), *sc = malloc(sizeof(float) * H * n);
+    float *out = malloc(sizeof(float) * H * d), row[64];
+    for (int j = 0; j < n; j++) {
+        for (int e = 0; e < d; e++)
+            row[e] = (float)((j * 31 + e * 7) % 97) / 97.0f - 0.5f;
+        kern_kv_store(DTYPE_F16, row, K + (size_t)j * d, d);
+        kern_kv_store(DTYPE_F16, row, V + (size_t)j * d, d);
+    }
+    for (int i = 0; i < H * d; i++)
+        q[i] = (float)(i % 13) / 13.0f;
+    const double macs = 2.0 * n * H * d; /* q.K and w.V */
+    printf("attention f16 KV, %d positions, %d heads x %d, 1 thread:", n, H, d);
+    for (int grouped = 0; grouped < 2; grouped++) {
+        double best = 1e30;
+        for (int tr = 0; tr < trials * 20; tr++) {
+            double dt = attention_once(K, V, n, q, sc, out, H, d, grouped);
+            best = dt < best ? dt : best;
+        }
+        printf(" | %s %.1f us %.1f GMAC/s %.0f%% of fma", grouped ? "grouped" : "per head",
+               best * 1e6, macs / best / 1e9, 100 * macs / best / p_fma);
+    }
+    printf("\n");
+    free(K);
+    free(V);
+    free(q);
+    free(sc);
+    free(out);
+}
+
 int main(int argc, char **argv)
 {
     kern_init();
@@ -324,6 +397,11 @@ int main(int argc, char **argv)
     }
     const int trials = argc > 2 ? atoi(argv[2]) : 9;
     const int packed_only = argc > 3 && strcmp(argv[3], "packed") == 0;
+    const int attention_only = argc > 3 && strcmp(argv[3], "attention") == 0;
+    if (attention_only) {
+        bench_attention(peak(0), trials);
+        return 0;
+    }
     rd_buf = aligned_alloc(64, BIG);
     memset(rd_buf, 1, BIG);
     printf("isa %s\n", kern_isa_name(kern_isa()));
@@ -362,6 +440,7 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
     }
+    bench_attention(p_fma, trials);
     struct shape pshapes[3] = {{4864, 896}, {896, 4864}, {896, 896}};
     for (int s = 0; s < 3; s++) {
         bench_packed_batches(pshapes[s], trials);

@@ -4,6 +4,7 @@
 #include "base/check.h"
 
 #include <string.h>
+#include <sys/mman.h>
 
 static void oom(size_t n)
 {
@@ -42,5 +43,27 @@ void *xaligned_alloc(size_t n)
 {
     void *p = NULL;
     if (posix_memalign(&p, 64, (n + 63) & ~(size_t)63)) oom(n);
+    return p;
+}
+
+void *huge_alloc(size_t n)
+{
+    const size_t huge = (size_t)2 << 20;
+    if (n < huge) {
+        void *p = NULL;
+        return posix_memalign(&p, 64, (n + 63) & ~(size_t)63) ? NULL : p;
+    }
+    size_t rounded = (n + huge - 1) & ~(huge - 1);
+    void *p = NULL;
+    if (posix_memalign(&p, huge, rounded)) return NULL;
+    /* advice only: kernels without THP keep 4 KiB pages */
+    (void)madvise(p, rounded, MADV_HUGEPAGE);
+    return p;
+}
+
+void *xhuge_alloc(size_t n)
+{
+    void *p = huge_alloc(n);
+    if (!p) oom(n);
     return p;
 }

@@ -31,5 +31,11 @@ void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 /* 64-byte aligned allocation for SIMD buffers; free with free(). */
 void *xaligned_alloc(size_t n);
+/* Large arrays the hot loops stream through (weights packed at load, the KV
+ * cache): 2 MiB aligned and advised for transparent huge pages, so a pass
+ * over them is not a TLB miss per 4 KiB (Debian's default THP mode is
+ * "madvise"). Returns NULL when out of memory; free with free(). */
+void *huge_alloc(size_t n);
+void *xhuge_alloc(size_t n); /* huge_alloc that aborts when out of memory */
 
 #endif

@@ -118,7 +118,7 @@ static double time_decode(inferd_engine *e, int n_vocab, int B, int prompt, int 
 int cmd_bench_engine(int argc, char **argv)
 {
     const char *model_path = NULL;
-    long threads = 0, pp = 512, tg = 128;
+    long threads = 0, pp = 512, tg = 128, depth = 0;
     bool json = false;
     int batches[8] = {4, 16, 64}, n_batches = 3;
     enum inferd_kv_type kvt = INFERD_KV_F16;
@@ -128,7 +128,10 @@ int cmd_bench_engine(int argc, char **argv)
             fprintf(
                 stderr,
                 "usage: inferd bench-engine -m MODEL [--threads N] [--pp N] [--tg N]\n"
-                "                           [--batches 4,16,64] [--kv f16|bf16|f32] [--json]\n");
+                "                           [--batches 4,16,64] [--depth N] [--kv f16|bf16|f32]\n"
+                "                           [--json]\n"
+                "  --depth N   decode tests start from N-token contexts (attention over a\n"
+                "              served conversation's history; default: 1-16 tokens)\n");
             return 0;
         }
         if (!strcmp(a, "--json")) {
@@ -144,6 +147,8 @@ int cmd_bench_engine(int argc, char **argv)
             if (!arg_int(a, val, 1, 16384, &pp)) return 2;
         } else if (!strcmp(a, "--tg")) {
             if (!arg_int(a, val, 2, 16384, &tg)) return 2;
+        } else if (!strcmp(a, "--depth")) {
+            if (!arg_int(a, val, 1, 131072, &depth)) return 2;
         } else if (!strcmp(a, "--kv")) {
             if (!strcmp(val, "f32"))
                 kvt = INFERD_KV_F32;
@@ -195,7 +200,7 @@ int cmd_bench_engine(int argc, char **argv)
     cfg.kv_type = kvt;
     cfg.token_budget = (int)MAX(pp, max_batch);
     cfg.max_seqs = max_batch;
-    cfg.max_ctx = (int)MAX(pp + 2, 16 + tg + 4);
+    cfg.max_ctx = (int)MAX(pp + 2, MAX(depth, 16) + tg + 4);
     cfg.kv_blocks = max_batch * (cfg.max_ctx / 16 + 2) + (int)pp / 16 + 4;
     inferd_engine *e;
     if (inferd_engine_new(im, &cfg, &e, err, sizeof(err))) {
@@ -275,15 +280,17 @@ int cmd_bench_engine(int argc, char **argv)
         double mean_ctx;
         if (k == 0) time_decode(e, V, 1, 1, 8, &mean_ctx); /* warm-up */
         double bw0 = peak_read_gbs(pool, probe, probe_bytes, 3);
-        double dt = time_decode(e, V, B, k == 0 ? 1 : 16, steps, &mean_ctx);
+        int prompt = depth > 0 ? (int)depth : k == 0 ? 1 : 16;
+        double dt = time_decode(e, V, B, prompt, steps, &mean_ctx);
         double bw1 = peak_read_gbs(pool, probe, probe_bytes, 3);
         if (dt <= 0) break;
         double bytes = w_bytes + B * mean_ctx * kv_per_pos;
         local_bw[n_figs] = MAX(bw0, bw1);
         if (k == 0)
-            snprintf(names[n_figs], sizeof(names[0]), "tg%ld", tg);
+            snprintf(names[n_figs], sizeof(names[0]), depth ? "tg%ld@d%ld" : "tg%ld", tg, depth);
         else
-            snprintf(names[n_figs], sizeof(names[0]), "decode-b%d", B);
+            snprintf(names[n_figs], sizeof(names[0]), depth ? "decode-b%d@d%ld" : "decode-b%d", B,
+                     depth);
         figs[n_figs] = (struct bench_fig){names[n_figs], B, B / dt, 0, "mem-read"};
         raw[n_figs++] = (struct fig_raw){dt, bytes};
     }

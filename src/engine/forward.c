@@ -50,7 +50,8 @@ struct fwd_ctx {
     float *g;                /* (max_tokens, F) gate, then silu(gate) * up */
     float *u;                /* (max_tokens, F) up */
     float *rope;             /* (max_tokens, n_rot / 2, 2) cos, sin per token */
-    float *scores;           /* (n_threads, max_ctx) attention scratch */
+    float *scores;           /* (n_threads, group heads, scores_ld) attention scratch */
+    int scores_ld;           /* floats per score row: max_ctx rounded up to 16 */
     uint8_t *act[ACT_COUNT]; /* (max_tokens, act row bytes of the widest input) per act type */
     size_t act_stride;       /* bytes between activation rows (any type) */
     int32_t *out_rows;       /* (max_tokens) batch index of each wanted token */
@@ -121,7 +122,10 @@ int fwd_ctx_new(const struct model *m, struct kv_pool *kv, struct tpool *pool, i
     c->g = xaligned_alloc(sizeof(float) * T * (size_t)F);
     c->u = xaligned_alloc(sizeof(float) * T * (size_t)F);
     c->rope = xaligned_alloc(sizeof(float) * T * (size_t)hp->n_rot);
-    c->scores = xaligned_alloc(sizeof(float) * (size_t)tpool_size(pool) * (size_t)max_ctx);
+    /* one score row per head of a KV group, per thread */
+    c->scores_ld = (max_ctx + 15) & ~15;
+    c->scores = xaligned_alloc(sizeof(float) * (size_t)tpool_size(pool) * (size_t)c->scores_ld *
+                               (size_t)(hp->n_head / hp->n_head_kv));
     /* f32 activations are the widest per element of every act type (q8_0
      * rows with their side data take 1.3 bytes an element). */
     c->act_stride = ((size_t)widest * sizeof(float) + 63) & ~(size_t)63;
@@ -256,33 +260,37 @@ static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, const void *p
     }
 }
 
-/* Attention of token t, query head h, over positions [0, pos] of its sequence. */
-static void attend(struct fwd_ctx *c, int layer, int t, int h, float *scores)
+/* Attention of token t for query heads [h0, h0 + nh) of one KV group, over
+ * positions [0, pos] of its sequence. The group's heads read each K and V
+ * block together (kern_kv_dot_heads), which gives every head the bits it
+ * would get alone, so how heads are grouped into tasks changes nothing. */
+static void attend(struct fwd_ctx *c, int layer, int t, int h0, int nh, float *scores)
 {
     const struct model_hparams *hp = &c->m->hp;
     const struct kv_pool *kv = c->kv;
-    const int hd = hp->head_dim, bt = kv->cfg.block_tokens;
-    const int kvh = h / (hp->n_head / hp->n_head_kv);
+    const int hd = hp->head_dim, bt = kv->cfg.block_tokens, lds = c->scores_ld;
+    const int kvh = h0 / (hp->n_head / hp->n_head_kv);
     const size_t row = (size_t)hd * dtype_info(kv->cfg.dtype)->type_size;
     const size_t head_off = (size_t)kvh * bt * row;
     const struct kv_seq *s = c->b->seqs[c->b->seq[t]];
     const int n_ctx = c->b->pos[t] + 1;
-    const float *q = c->q + (size_t)t * hp->n_head * hd + (size_t)h * hd;
+    const float *q = c->q + (size_t)t * hp->n_head * hd + (size_t)h0 * hd;
     const float scale = 1.0f / sqrtf((float)hd);
 
     for (int p0 = 0, bi = 0; p0 < n_ctx; p0 += bt, bi++) {
         int rows = MIN(bt, n_ctx - p0);
         const uint8_t *kb = (const uint8_t *)kv_pool_k(kv, s->blocks[bi], layer) + head_off;
-        kern_kv_dot(kv->cfg.dtype, kb, row, rows, q, hd, scores + p0);
+        kern_kv_dot_heads(kv->cfg.dtype, kb, row, rows, q, hd, nh, hd, scores + p0, lds);
     }
-    kern_softmax(scores, n_ctx, scale);
+    for (int h = 0; h < nh; h++)
+        kern_softmax(scores + (size_t)h * lds, n_ctx, scale);
 
-    float *out = c->h + (size_t)t * hp->n_head * hd + (size_t)h * hd;
-    memset(out, 0, sizeof(float) * (size_t)hd);
+    float *out = c->h + (size_t)t * hp->n_head * hd + (size_t)h0 * hd;
+    memset(out, 0, sizeof(float) * (size_t)hd * (size_t)nh);
     for (int p0 = 0, bi = 0; p0 < n_ctx; p0 += bt, bi++) {
         int rows = MIN(bt, n_ctx - p0);
         const uint8_t *vb = (const uint8_t *)kv_pool_v(kv, s->blocks[bi], layer) + head_off;
-        kern_kv_accum(kv->cfg.dtype, vb, row, rows, scores + p0, hd, out);
+        kern_kv_accum_heads(kv->cfg.dtype, vb, row, rows, scores + p0, lds, nh, hd, out, hd);
     }
 }
 
@@ -324,6 +332,7 @@ static void fwd_worker(void *arg, int ith, int nth)
     const struct fwd_batch *b = c->b;
     const int T = b->n_tokens, E = hp->n_embd, hd = hp->head_dim;
     const int Q = hp->n_head * hd, KV = hp->n_head_kv * hd, F = hp->n_ff;
+    const int G = hp->n_head / hp->n_head_kv; /* query heads per KV head */
     int t0, t1, op = 0;
     tpool_split(T, 1, ith, nth, &t0, &t1);
 
@@ -360,18 +369,25 @@ static void fwd_worker(void *arg, int ith, int nth)
             qkv_post(c, L, il, t);
         tpool_barrier(c->pool);
 
-        /* (token, head) tasks from a counter: in a prefill chunk later
-         * tokens attend over longer contexts, so a static split would hand
-         * one thread most of the work. Which thread runs a task does not
-         * change its bits. */
-        float *scores = c->scores + (size_t)ith * c->max_ctx;
+        /* (token, KV group, part of the group) tasks from a counter: in a
+         * prefill chunk later tokens attend over longer contexts, so a
+         * static split would hand one thread most of the work. Groups are
+         * cut into parts only when there are too few to share out. Which
+         * thread runs a task, and how a group is cut, do not change bits. */
+        float *scores = c->scores + (size_t)ith * c->scores_ld * (size_t)G;
         _Atomic int *next = &c->op_next[op++];
-        const int n_tasks = T * hp->n_head, grab = MAX(1, n_tasks / (nth * 16));
+        const int n_groups = T * hp->n_head_kv;
+        const int parts = n_groups >= 2 * nth ? 1 : MIN(G, (2 * nth + n_groups - 1) / n_groups);
+        const int n_tasks = n_groups * parts, grab = MAX(1, n_tasks / (nth * 16));
         for (;;) {
             int a0 = atomic_fetch_add_explicit(next, grab, memory_order_relaxed);
             if (a0 >= n_tasks) break;
-            for (int a = a0; a < MIN(n_tasks, a0 + grab); a++)
-                attend(c, il, a / hp->n_head, a % hp->n_head, scores);
+            for (int a = a0; a < MIN(n_tasks, a0 + grab); a++) {
+                int g = a / parts, part = a % parts;
+                int lo = part * G / parts, hi = (part + 1) * G / parts;
+                int t = g / hp->n_head_kv, h0 = (g % hp->n_head_kv) * G + lo;
+                attend(c, il, t, h0, hi - lo, scores);
+            }
         }
         tpool_barrier(c->pool);
 

@@ -162,6 +162,34 @@ void kern_kv_accum(enum dtype kv, const void *v, size_t stride, int n_rows, cons
     ops()->kv_accum(kv, v, stride, n_rows, w, d, out);
 }
 
+void kern_kv_dot_heads(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q,
+                       int ldq, int n_heads, int d, float *out, int ldo)
+{
+    CHECK(kv == DTYPE_F32 || kv == DTYPE_F16 || kv == DTYPE_BF16);
+    CHECK(n_rows >= 0 && d >= 0 && n_heads >= 0);
+    if (n_rows == 0 || n_heads == 0) return;
+    if (ops()->kv_dot_heads) {
+        ops()->kv_dot_heads(kv, k, stride, n_rows, q, ldq, n_heads, d, out, ldo);
+        return;
+    }
+    for (int h = 0; h < n_heads; h++)
+        ops()->kv_dot(kv, k, stride, n_rows, q + (size_t)h * ldq, d, out + (size_t)h * ldo);
+}
+
+void kern_kv_accum_heads(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w,
+                         int ldw, int n_heads, int d, float *out, int ldo)
+{
+    CHECK(kv == DTYPE_F32 || kv == DTYPE_F16 || kv == DTYPE_BF16);
+    CHECK(n_rows >= 0 && d >= 0 && n_heads >= 0);
+    if (n_rows == 0 || d == 0 || n_heads == 0) return;
+    if (ops()->kv_accum_heads) {
+        ops()->kv_accum_heads(kv, v, stride, n_rows, w, ldw, n_heads, d, out, ldo);
+        return;
+    }
+    for (int h = 0; h < n_heads; h++)
+        ops()->kv_accum(kv, v, stride, n_rows, w + (size_t)h * ldw, d, out + (size_t)h * ldo);
+}
+
 void kern_kv_store(enum dtype kv, const float *x, void *y, int n)
 {
     CHECK(kv == DTYPE_F32 || kv == DTYPE_F16 || kv == DTYPE_BF16);

@@ -110,6 +110,15 @@ void kern_kv_dot(enum dtype kv, const void *k, size_t stride, int n_rows, const 
 /* out[i] += w[j] * V[j][i] for j = 0, 1, ..., n_rows - 1 in that order. */
 void kern_kv_accum(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w, int d,
                    float *out);
+/* Several query heads over the same K rows (grouped-query attention):
+ * out[h * ldo + j] = dot(K row j, q + h * ldq) for h in [0, n_heads), each
+ * element bitwise what kern_kv_dot gives; K is read once for all heads. */
+void kern_kv_dot_heads(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q,
+                       int ldq, int n_heads, int d, float *out, int ldo);
+/* out[h * ldo + i] += w[h * ldw + j] * V[j][i] for each head h, j in order:
+ * each element bitwise what kern_kv_accum gives; V is read once. */
+void kern_kv_accum_heads(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w,
+                         int ldw, int n_heads, int d, float *out, int ldo);
 /* Stores n floats into the KV format. */
 void kern_kv_store(enum dtype kv, const float *x, void *y, int n);
 

@@ -1515,6 +1515,15 @@ AI __m512 ldkv(int kv, const char *row, int e, __mmask16 m)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* ldkv of 16 whole elements, unmasked */
+AI __m512 ldkv16(int kv, const char *row, int e)
+{
+    if (kv == DTYPE_F32) return _mm512_loadu_ps(row + 4 * (size_t)e);
+    __m256i h = _mm256_loadu_si256((const __m256i *)(row + 2 * (size_t)e));
+    if (kv == DTYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 /* hsum16 of 16 vectors at once: lane r of the result = hsum16(v[r]), with
  * exactly hsum16's pairings (halves, then quarters, then pairs, then the
  * last two), so the bits are the same; the shuffles only move lanes. */
@@ -1620,6 +1629,208 @@ static void kv_accum_avx512(enum dtype kv, const void *v, size_t stride, int n_r
         kv_accum_t(DTYPE_BF16, v, stride, n_rows, w, d, out);
 }
 
+/* ---- grouped-query attention: several heads over one K/V row block ----
+ *
+ * The heads of a KV group read the same rows; converting each f16/bf16 row
+ * once for several heads (and sharing its loads) is what these save. Every
+ * output element is computed with exactly kv_dot_t's / kv_accum_t's
+ * instructions in their order - 16-lane chains over d, the hsum16x16 tree,
+ * fma(w[j], v[j], out) in row order - so the bits equal one call per head.
+ * Widths that are not a multiple of 16 take the per-head path. */
+#define KVH_DOT 8 /* heads sharing each K row's loads */
+#define KVH_ACC 4 /* heads x 4 vectors of outputs held in registers */
+
+AI void kv_dot16_heads(const int kv, const char *k, size_t stride, const float *q, int ldq,
+                       const int H, const int nc, float *out, int ldo)
+{
+    __m512 part[KVH_DOT][16];
+    for (int i = 0; i < 16; i++) {
+        const char *row = k + (size_t)i * stride;
+        __m512 acc[KVH_DOT];
+        for (int h = 0; h < H; h++)
+            acc[h] = _mm512_setzero_ps();
+        for (int c = 0; c < nc; c++) {
+            __m512 kc = ldkv16(kv, row, 16 * c);
+            for (int h = 0; h < H; h++)
+                acc[h] = _mm512_fmadd_ps(kc, _mm512_loadu_ps(q + (size_t)h * ldq + 16 * c), acc[h]);
+        }
+        for (int h = 0; h < H; h++)
+            part[h][i] = acc[h];
+    }
+    for (int h = 0; h < H; h++)
+        _mm512_storeu_ps(out + (size_t)h * ldo, hsum16x16(part[h]));
+}
+
+#define KVH_DOT_CASE(kvt, nc_)                                                                     \
+    switch (H) {                                                                                   \
+    case 1:                                                                                        \
+        kv_dot16_heads(kvt, k, stride, q, ldq, 1, nc_, out, ldo);                                  \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        kv_dot16_heads(kvt, k, stride, q, ldq, 2, nc_, out, ldo);                                  \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        kv_dot16_heads(kvt, k, stride, q, ldq, 3, nc_, out, ldo);                                  \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        kv_dot16_heads(kvt, k, stride, q, ldq, 4, nc_, out, ldo);                                  \
+        break;                                                                                     \
+    case 5:                                                                                        \
+        kv_dot16_heads(kvt, k, stride, q, ldq, 5, nc_, out, ldo);                                  \
+        break;                                                                                     \
+    case 6:                                                                                        \
+        kv_dot16_heads(kvt, k, stride, q, ldq, 6, nc_, out, ldo);                                  \
+        break;                                                                                     \
+    case 7:                                                                                        \
+        kv_dot16_heads(kvt, k, stride, q, ldq, 7, nc_, out, ldo);                                  \
+        break;                                                                                     \
+    default:                                                                                       \
+        kv_dot16_heads(kvt, k, stride, q, ldq, 8, nc_, out, ldo);                                  \
+        break;                                                                                     \
+    }
+
+/* 16 rows, H <= KVH_DOT heads, d = 16 * nc. */
+static __attribute__((noinline)) void kv_dot16_f16(const char *k, size_t stride, const float *q,
+                                                   int ldq, int H, int nc, float *out, int ldo)
+{
+    if (nc == 4) {
+        KVH_DOT_CASE(DTYPE_F16, 4)
+    } else if (nc == 8) {
+        KVH_DOT_CASE(DTYPE_F16, 8)
+    } else {
+        KVH_DOT_CASE(DTYPE_F16, nc)
+    }
+}
+
+static __attribute__((noinline)) void kv_dot16_any(int kv, const char *k, size_t stride,
+                                                   const float *q, int ldq, int H, int nc,
+                                                   float *out, int ldo)
+{
+    if (kv == DTYPE_F32) {
+        KVH_DOT_CASE(DTYPE_F32, nc)
+    } else {
+        KVH_DOT_CASE(DTYPE_BF16, nc)
+    }
+}
+
+static void kv_dot_heads_avx512(enum dtype kv, const void *k, size_t stride, int n_rows,
+                                const float *q, int ldq, int n_heads, int d, float *out, int ldo)
+{
+    int j = 0;
+    if (d % 16 == 0 && d > 0) {
+        for (; j + 16 <= n_rows; j += 16)
+            for (int h0 = 0; h0 < n_heads; h0 += KVH_DOT) {
+                int H = n_heads - h0 < KVH_DOT ? n_heads - h0 : KVH_DOT;
+                const char *kj = (const char *)k + (size_t)j * stride;
+                const float *qh = q + (size_t)h0 * ldq;
+                float *oh = out + (size_t)h0 * ldo + j;
+                if (kv == DTYPE_F16)
+                    kv_dot16_f16(kj, stride, qh, ldq, H, d / 16, oh, ldo);
+                else
+                    kv_dot16_any(kv, kj, stride, qh, ldq, H, d / 16, oh, ldo);
+            }
+    }
+    if (j < n_rows)
+        for (int h = 0; h < n_heads; h++)
+            kv_dot_avx512(kv, (const char *)k + (size_t)j * stride, stride, n_rows - j,
+                          q + (size_t)h * ldq, d, out + (size_t)h * ldo + j);
+}
+
+/* Columns [e, e + 64) of H <= KVH_ACC heads over n_rows rows; `full`: all
+ * 64 columns exist (no masks, so every accumulator stays in a register),
+ * else the masks cover a last slice narrower than 64. */
+AI void kv_acc64_heads(const int kv, const char *v, size_t stride, int n_rows, const float *w,
+                       int ldw, const int H, int e, const int full, const __mmask16 m[4],
+                       float *out, int ldo)
+{
+    __m512 o[KVH_ACC][4];
+    for (int h = 0; h < H; h++)
+        for (int c = 0; c < 4; c++)
+            o[h][c] = full ? _mm512_loadu_ps(out + (size_t)h * ldo + e + 16 * c)
+                           : _mm512_maskz_loadu_ps(m[c], out + (size_t)h * ldo + e + 16 * c);
+    for (int j = 0; j < n_rows; j++) {
+        const char *row = v + (size_t)j * stride;
+        __m512 vc[4];
+        for (int c = 0; c < 4; c++)
+            vc[c] = full ? ldkv16(kv, row, e + 16 * c) : ldkv(kv, row, e + 16 * c, m[c]);
+        for (int h = 0; h < H; h++) {
+            __m512 wj = _mm512_set1_ps(w[(size_t)h * ldw + j]);
+            /* a slice past d (mask 0) computes zeros that are never stored */
+            for (int c = 0; c < 4; c++)
+                o[h][c] = _mm512_fmadd_ps(wj, vc[c], o[h][c]);
+        }
+    }
+    for (int h = 0; h < H; h++)
+        for (int c = 0; c < 4; c++) {
+            if (full)
+                _mm512_storeu_ps(out + (size_t)h * ldo + e + 16 * c, o[h][c]);
+            else
+                _mm512_mask_storeu_ps(out + (size_t)h * ldo + e + 16 * c, m[c], o[h][c]);
+        }
+}
+
+/* H and `full` as constants, so each case keeps its accumulators in registers */
+#define KVH_ACC_H(kvt, full)                                                                       \
+    switch (H) {                                                                                   \
+    case 1:                                                                                        \
+        kv_acc64_heads(kvt, v, stride, n_rows, w, ldw, 1, e, full, m, out, ldo);                   \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        kv_acc64_heads(kvt, v, stride, n_rows, w, ldw, 2, e, full, m, out, ldo);                   \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        kv_acc64_heads(kvt, v, stride, n_rows, w, ldw, 3, e, full, m, out, ldo);                   \
+        break;                                                                                     \
+    default:                                                                                       \
+        kv_acc64_heads(kvt, v, stride, n_rows, w, ldw, 4, e, full, m, out, ldo);                   \
+        break;                                                                                     \
+    }
+#define KVH_ACC_CASE(kvt)                                                                          \
+    if (m[3] == 0xffff) {                                                                          \
+        KVH_ACC_H(kvt, 1)                                                                          \
+    } else {                                                                                       \
+        KVH_ACC_H(kvt, 0)                                                                          \
+    }
+
+static __attribute__((noinline)) void kv_acc64_f16(const char *v, size_t stride, int n_rows,
+                                                   const float *w, int ldw, int H, int e,
+                                                   const __mmask16 m[4], float *out, int ldo)
+{
+    KVH_ACC_CASE(DTYPE_F16)
+}
+
+static __attribute__((noinline)) void kv_acc64_any(int kv, const char *v, size_t stride, int n_rows,
+                                                   const float *w, int ldw, int H, int e,
+                                                   const __mmask16 m[4], float *out, int ldo)
+{
+    if (kv == DTYPE_F32) {
+        KVH_ACC_CASE(DTYPE_F32)
+    } else {
+        KVH_ACC_CASE(DTYPE_BF16)
+    }
+}
+
+static void kv_accum_heads_avx512(enum dtype kv, const void *v, size_t stride, int n_rows,
+                                  const float *w, int ldw, int n_heads, int d, float *out, int ldo)
+{
+    for (int e = 0; e < d; e += 64) {
+        __mmask16 m[4];
+        for (int c = 0; c < 4; c++) {
+            int left = d - e - 16 * c;
+            m[c] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+        }
+        for (int h0 = 0; h0 < n_heads; h0 += KVH_ACC) {
+            int H = n_heads - h0 < KVH_ACC ? n_heads - h0 : KVH_ACC;
+            const float *wh = w + (size_t)h0 * ldw;
+            float *oh = out + (size_t)h0 * ldo;
+            if (kv == DTYPE_F16)
+                kv_acc64_f16(v, stride, n_rows, wh, ldw, H, e, m, oh, ldo);
+            else
+                kv_acc64_any(kv, v, stride, n_rows, wh, ldw, H, e, m, oh, ldo);
+        }
+    }
+}
+
 /* Round to nearest even like kern__f32_to_bf16 (vcvtneps2bf16 flushes
  * subnormals, so it is not used). */
 AI __m256i f32_to_bf16_16(__m512 x)
@@ -1677,6 +1888,8 @@ const struct kern__ops kern__ops_avx512 = {
     .matmul_packed = matmul_packed_avx512,
     .kv_dot = kv_dot_avx512,
     .kv_accum = kv_accum_avx512,
+    .kv_dot_heads = kv_dot_heads_avx512,
+    .kv_accum_heads = kv_accum_heads_avx512,
     .kv_store = kv_store_avx512,
     .dot_f32 = dot_f32_avx512,
     .sum_sq_f32 = sum_sq_f32_avx512,

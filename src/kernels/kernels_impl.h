@@ -54,6 +54,12 @@ struct kern__ops {
     /* kern_kv_accum, n_rows > 0, d > 0 */
     void (*kv_accum)(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w, int d,
                      float *out);
+    /* kern_kv_dot_heads, n_rows > 0, n_heads > 0; NULL: one kv_dot per head */
+    void (*kv_dot_heads)(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q,
+                         int ldq, int n_heads, int d, float *out, int ldo);
+    /* kern_kv_accum_heads, n_rows > 0, n_heads > 0, d > 0; NULL: one kv_accum per head */
+    void (*kv_accum_heads)(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w,
+                           int ldw, int n_heads, int d, float *out, int ldo);
     void (*kv_store)(enum dtype kv, const float *x, void *y, int n); /* kern_kv_store */
     float (*dot_f32)(const float *a, const float *b, int n);         /* kern_dot_f32 */
     float (*sum_sq_f32)(const float *x, int n);                      /* kern_sum_sq_f32 */

@@ -23,7 +23,7 @@ int kv_pool_init(struct kv_pool *p, const struct kv_pool_config *cfg, struct err
                     dtype_info(cfg->dtype)->type_size;
     p->block_bytes = p->half_bytes * 2 * (size_t)cfg->n_layer;
     size_t total = p->block_bytes * (size_t)cfg->n_blocks;
-    if (posix_memalign((void **)&p->data, 64, total))
+    if (!(p->data = huge_alloc(total)))
         return err_set(msg, -ENOMEM, "kv cache: cannot allocate %zu bytes", total);
     p->free_list = xmalloc(sizeof(int32_t) * (size_t)cfg->n_blocks);
     p->refs = xcalloc((size_t)cfg->n_blocks, sizeof(int32_t));

@@ -289,7 +289,7 @@ void model_pack(struct model *m)
         total += (b + 63) & ~(size_t)63;
     }
     if (total) {
-        m->pk_mem = xaligned_alloc(total);
+        m->pk_mem = xhuge_alloc(total);
         m->pk_bytes = total;
         for (int i = 0; i < n; i++) {
             if (off[i] == SIZE_MAX) continue;
