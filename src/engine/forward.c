@@ -260,6 +260,14 @@ static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, const void *p
     }
 }
 
+/* Asks for the cache lines of [p, p + n) (locality as __builtin_prefetch). */
+#define prefetch_rows(p, n, locality)                                                              \
+    do {                                                                                           \
+        const uint8_t *p_ = (p);                                                                   \
+        for (size_t o_ = 0; o_ < (n); o_ += 64)                                                    \
+            __builtin_prefetch(p_ + o_, 0, (locality));                                            \
+    } while (0)
+
 /* Attention of token t for query heads [h0, h0 + nh) of one KV group, over
  * positions [0, pos] of its sequence. The group's heads read each K and V
  * block together (kern_kv_dot_heads), which gives every head the bits it
@@ -277,8 +285,19 @@ static void attend(struct fwd_ctx *c, int layer, int t, int h0, int nh, float *s
     const float *q = c->q + (size_t)t * hp->n_head * hd + (size_t)h0 * hd;
     const float scale = 1.0f / sqrtf((float)hd);
 
+    /* A group's rows of a block are a few KiB, and consecutive blocks lie a
+     * whole block (every layer's K and V) apart: too short a run for the
+     * hardware prefetchers. So the K rows two blocks ahead are fetched while
+     * this block's are used, and each block's V rows go towards L2 during
+     * the score pass, ready for the weighted sum. */
+    const int n_blocks = (n_ctx + bt - 1) / bt;
     for (int p0 = 0, bi = 0; p0 < n_ctx; p0 += bt, bi++) {
         int rows = MIN(bt, n_ctx - p0);
+        if (bi + 2 < n_blocks)
+            prefetch_rows((const uint8_t *)kv_pool_k(kv, s->blocks[bi + 2], layer) + head_off,
+                          (size_t)MIN(bt, n_ctx - p0 - 2 * bt) * row, 3);
+        prefetch_rows((const uint8_t *)kv_pool_v(kv, s->blocks[bi], layer) + head_off,
+                      (size_t)rows * row, 2);
         const uint8_t *kb = (const uint8_t *)kv_pool_k(kv, s->blocks[bi], layer) + head_off;
         kern_kv_dot_heads(kv->cfg.dtype, kb, row, rows, q, hd, nh, hd, scores + p0, lds);
     }
