@@ -254,8 +254,9 @@ err_free:
 }
 
 /* The matrices of m that the forward pass multiplies by, with where their
- * packed copy goes. */
-static int matrices(struct model *m, const struct gguf_tensor **ts, const void ***pk)
+ * packed copy goes and where the tensor is referenced from. */
+static int matrices(struct model *m, const struct gguf_tensor **ts, const void ***pk,
+                    const struct gguf_tensor ***tp)
 {
     int n = 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
@@ -264,53 +265,71 @@ static int matrices(struct model *m, const struct gguf_tensor **ts, const void *
                                           L->w_gate, L->w_up, L->w_down};
         const void **p[7] = {&L->pk_wq,   &L->pk_wk, &L->pk_wv,  &L->pk_wo,
                              &L->pk_gate, &L->pk_up, &L->pk_down};
+        const struct gguf_tensor **r[7] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+                                           &L->w_gate, &L->w_up, &L->w_down};
         for (int i = 0; i < 7; i++, n++) {
             if (ts) ts[n] = t[i];
             if (pk) pk[n] = p[i];
+            if (tp) tp[n] = r[i];
         }
     }
     if (ts) ts[n] = m->output;
     if (pk) pk[n] = &m->pk_output;
+    if (tp) tp[n] = &m->output;
     return n + 1;
 }
 
 void model_pack(struct model *m)
 {
     CHECK(!m->pk_mem);
-    const int n = matrices(m, NULL, NULL);
+    const int n = matrices(m, NULL, NULL, NULL);
     const struct gguf_tensor **ts = xmalloc(sizeof(*ts) * (size_t)n);
     const void ***pk = xmalloc(sizeof(*pk) * (size_t)n);
+    const struct gguf_tensor ***tp = xmalloc(sizeof(*tp) * (size_t)n);
     size_t *off = xmalloc(sizeof(*off) * (size_t)n);
-    matrices(m, ts, pk);
+    bool *packed = xmalloc(sizeof(*packed) * (size_t)n);
+    matrices(m, ts, pk, tp);
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         size_t b = kern_pack_size(ts[i]->type, (int)ts[i]->ne[1], (int)ts[i]->ne[0]);
-        off[i] = b ? total : SIZE_MAX;
-        total += (b + 63) & ~(size_t)63;
+        packed[i] = b > 0;
+        off[i] = total;
+        total += ((packed[i] ? b : ts[i]->size) + 63) & ~(size_t)63;
     }
-    if (total) {
-        m->pk_mem = xhuge_alloc(total);
-        m->pk_bytes = total;
-        for (int i = 0; i < n; i++) {
-            if (off[i] == SIZE_MAX) continue;
-            const struct gguf_tensor *t = ts[i];
+    m->pk_mem = xhuge_alloc(total);
+    m->pk_bytes = total;
+    m->resident = xcalloc((size_t)n, sizeof(*m->resident));
+    const void *embd_data = m->tok_embd->data;
+    for (int i = 0; i < n; i++) {
+        const struct gguf_tensor *t = ts[i];
+        void *dst = (char *)m->pk_mem + off[i];
+        if (packed[i]) {
             const int rows = (int)t->ne[1], k = (int)t->ne[0];
-            void *dst = (char *)m->pk_mem + off[i];
             kern_pack(t->type, t->data, dtype_row_size(t->type, k), k, rows, 0, rows, dst);
             *pk[i] = dst;
+            continue;
         }
-        for (int i = 0; i < n; i++)
-            if (off[i] != SIZE_MAX) gguf_release_pages(m->gguf, ts[i]->data, ts[i]->size);
+        memcpy(dst, t->data, t->size);
+        m->resident[i] = *t;
+        m->resident[i].data = dst;
+        *tp[i] = &m->resident[i];
+        /* a tied output projection is the embedding table: look rows up in the copy too */
+        if (t->data == embd_data) m->tok_embd = &m->resident[i];
     }
+    for (int i = 0; i < n; i++)
+        gguf_release_pages(m->gguf, ts[i]->data, ts[i]->size);
     free(ts);
     free(pk);
+    free(tp);
     free(off);
+    free(packed);
 }
 
 void model_free(struct model *m)
 {
     if (!m) return;
     free(m->pk_mem);
+    free(m->resident);
     gguf_close(m->gguf);
     free(m->layers);
     free(m);

@@ -81,7 +81,7 @@ struct model_layer {
     const struct gguf_tensor *q_norm, *k_norm; /* qwen3; else NULL */
     const struct gguf_tensor *ffn_norm;        /* (n_embd) f32 */
     const struct gguf_tensor *w_gate, *w_up, *w_down;
-    /* packed copies (kern_pack, see model_pack), or NULL: the GGUF rows serve */
+    /* packed copies (kern_pack, see model_pack), or NULL: the tensor's rows serve */
     const void *pk_wq, *pk_wk, *pk_wv, *pk_wo;
     const void *pk_gate, *pk_up, *pk_down;
 };
@@ -95,8 +95,9 @@ struct model {
     struct model_layer *layers;         /* (n_layer) */
     uint8_t fingerprint[16];            /* XXH3-128 over metadata + tensor data */
     const void *pk_output;              /* packed output projection, or NULL */
-    void *pk_mem;                       /* one allocation holding every packed copy */
+    void *pk_mem;                       /* one huge-page arena: every packed or resident copy */
     size_t pk_bytes;                    /* its size */
+    struct gguf_tensor *resident;       /* matrices copied into pk_mem as they are (not packed) */
     char name[128];                     /* general.name or the file name */
 };
 
@@ -105,12 +106,16 @@ struct model {
  * key or tensor. */
 int model_load(const char *path, struct model **out, struct err_msg *msg);
 void model_free(struct model *m);
-/* Builds the packed copies (kern_pack) of every matrix whose type the
- * current kernel level packs, in one 64-byte aligned allocation, and
- * releases the mapped pages of the originals (gguf_release_pages), so the
- * weights are resident once: the packed copy is anonymous memory, the
- * originals go back to the page cache (the token embedding rows a step
- * reads fault back in). Call once, before the model is shared. */
+/* Copies every matrix the forward pass multiplies by into one huge-page
+ * arena (huge_alloc): packed (kern_pack) where the current kernel level
+ * packs the type, else as it is, with the layer's tensor pointer moved to a
+ * resident copy of its descriptor. Then releases the mapped pages of the
+ * originals (gguf_release_pages), so the weights are resident once, in
+ * anonymous memory whose 2 MiB pages keep a decode step's stream through
+ * every weight from missing the TLB on each 4 KiB file page (the token
+ * embedding rows a step reads fault back in, unless the output projection is
+ * tied to them and they share its copy). Call once, before the model is
+ * shared. */
 void model_pack(struct model *m);
 
 /* Reads and validates hyper-parameters only (used by model info). */
