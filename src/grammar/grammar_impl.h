@@ -231,6 +231,20 @@ void grammar__advance(const struct grammar *g, struct grammar_pool *p,
 /* Grows st->leaf to hold at least n more ids. */
 void grammar__state_reserve(struct grammar_state *st, int n);
 
+/* UTF-8 decoding states between bytes (Unicode table 3-7): at a character
+ * boundary, or inside a character with the continuation bytes still due. */
+enum grammar_u8 {
+    GRAMMAR_U8_BOUNDARY, /* whole characters so far */
+    GRAMMAR_U8_NEED1,    /* one more continuation byte 80-BF */
+    GRAMMAR_U8_NEED2,    /* two more, the next 80-BF */
+    GRAMMAR_U8_NEED3,    /* three more, the next 80-BF */
+    GRAMMAR_U8_AFTER_E0, /* two more, the next A0-BF */
+    GRAMMAR_U8_AFTER_ED, /* two more, the next 80-9F */
+    GRAMMAR_U8_AFTER_F0, /* three more, the next 90-BF */
+    GRAMMAR_U8_AFTER_F4, /* three more, the next 80-8F */
+    GRAMMAR_U8_STATES,
+};
+
 /* Vocabulary internals used by mask.c. */
 struct grammar_vocab {
     int n_vocab;   /* tokens */
@@ -249,8 +263,10 @@ struct grammar_vocab {
     int32_t *tn_ntok;   /* (n_nodes) tokens ending exactly here: order[tn_first ..][0, tn_ntok) */
     int32_t *tn_first;  /* (n_nodes) first index into order of the subtree */
     int32_t *tn_last;   /* (n_nodes) one past the last index into order of the subtree */
-    int32_t *tn_run;    /* (n_nodes) characters the longest string below starts, when the node
-                           ends a whole character and everything below is well-formed UTF-8; else -1 */
+    int32_t *tn_chars;  /* (n_nodes) characters (non-continuation bytes) the longest string
+                           strictly below starts */
+    uint8_t *tn_wf;     /* (n_nodes) bit s (enum grammar_u8): every string strictly below is
+                           well-formed UTF-8 when decoding starts here in state s */
     uint64_t (*tn_sub_ascii)[2]; /* (n_nodes) ASCII bytes occurring strictly below */
     uint8_t *tn_sub_mb;          /* (n_nodes) a non-ASCII byte occurs strictly below */
     int32_t *tn_starts;  /* (n_nodes) characters started on the path (non-continuation bytes) */

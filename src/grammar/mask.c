@@ -110,6 +110,10 @@ struct wstate {
                               returned nothing below the key */
     uint64_t alive[4];     /* bytes some leaf reads (any other byte empties the state) */
     uint64_t run_ascii[2]; /* ASCII bytes that are run characters here */
+    int32_t comp[GRAMMAR_U8_STATES - 1]; /* per mid-character decoding state u (from NEED1):
+                              2 * the state after the continuation bytes u expects, + 1 if a
+                              state on the way returned below the key; -1 when they do not
+                              lead uniformly to one live state; -2 until computed */
 };
 
 struct grammar_walker {
@@ -205,6 +209,8 @@ static int intern(const struct grammar *g, struct grammar_walker *w, struct gram
                           .run_next = -2,
                           .row = -1,
                           .run_end = -1};
+    for (int k = 0; k < GRAMMAR_U8_STATES - 1; k++)
+        ns->comp[k] = -2;
     for (int i = 0; i < st->n; i++)
         for (int k = 0; k < 4; k++)
             ns->alive[k] |= g->sets[g->elems[w->pool.pos[st->leaf[i]]].arg][k];
@@ -460,6 +466,64 @@ static int run_height(const struct grammar *g, struct grammar_walker *w, int sid
     return w->states[sid].run_h;
 }
 
+/* ---- completions: a run that starts inside a character ----
+ *
+ * A table for the middle of a character (the previous token ended after a
+ * lead byte) walks tokens that begin with continuation bytes: a run cannot
+ * apply until the character is complete, and below each completing node
+ * there may be little. But when the continuation bytes still due lead
+ * uniformly (each range of Unicode table 3-7 read wholly by the same leaves)
+ * to one state y, every string that first finishes the character reaches y,
+ * so a subtree whose strings are well-formed from that decoding state (the
+ * vocabulary's tn_wf) is decided by the run of y, in one step as well. */
+
+static const uint8_t u8_cont[GRAMMAR_U8_STATES][3][2] = {
+    [GRAMMAR_U8_NEED1] = {{0x80, 0xBF}},
+    [GRAMMAR_U8_NEED2] = {{0x80, 0xBF}, {0x80, 0xBF}},
+    [GRAMMAR_U8_NEED3] = {{0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    [GRAMMAR_U8_AFTER_E0] = {{0xA0, 0xBF}, {0x80, 0xBF}},
+    [GRAMMAR_U8_AFTER_ED] = {{0x80, 0x9F}, {0x80, 0xBF}},
+    [GRAMMAR_U8_AFTER_F0] = {{0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    [GRAMMAR_U8_AFTER_F4] = {{0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
+};
+static const int u8_cont_len[GRAMMAR_U8_STATES] = {0, 1, 2, 3, 2, 2, 3, 3};
+
+/* The state that state sid reaches once the character is finished, for
+ * the first decoding state in wf (mid-character states only) whose
+ * continuation bytes lead there uniformly through live states; -1 if none.
+ * *quiet: neither sid nor a state on the way returned below the key. */
+static int complete(const struct grammar *g, struct grammar_walker *w, int sid, unsigned wf,
+                    bool *quiet)
+{
+    for (int u = GRAMMAR_U8_NEED1; u < GRAMMAR_U8_STATES; u++) {
+        if (!(wf >> u & 1)) continue;
+        int c = w->states[sid].comp[u - 1];
+        if (c == -2) {
+            int cur = sid;
+            bool noisy = w->states[sid].unknown;
+            for (int k = 0; k < u8_cont_len[u] && cur >= 0; k++) {
+                unsigned lo = u8_cont[u][k][0], hi = u8_cont[u][k][1];
+                if (!range_uniform(g, w, cur, lo, hi)) {
+                    cur = -1;
+                    break;
+                }
+                cur = step(g, w, cur, lo); /* may move w->states */
+                if (w->states[cur].n == 0)
+                    cur = -1;
+                else
+                    noisy |= w->states[cur].unknown;
+            }
+            c = cur < 0 ? -1 : 2 * cur + noisy;
+            w->states[sid].comp[u - 1] = c;
+        }
+        if (c >= 0) {
+            *quiet = !(c & 1);
+            return c >> 1;
+        }
+    }
+    return -1;
+}
+
 enum run_verdict {
     RUN_NONE, /* walk the subtree */
     RUN_ALL,  /* every token below is accepted */
@@ -468,22 +532,37 @@ enum run_verdict {
 
 /* What a run from state sid says about the tokens below trie node i (and at
  * it). u: a stack already returned below the key on the way to i (rejected
- * tokens would be uncertain, so only RUN_ALL applies). */
+ * tokens would be uncertain, so only RUN_ALL applies). When the strings
+ * below start inside a character, the run is the one of the state that
+ * finishes it (complete()). A subtree with characters outside the run is
+ * still decided when the state reads none of the bytes that start them: a
+ * run of height 0, which keeps only the tokens that end before them. */
 static enum run_verdict run_verdict(const struct grammar *g, struct grammar_walker *w,
                                     const struct grammar_vocab *v, int sid, int i, bool u, int *h)
 {
-    if (v->tn_run[i] < 0 || v->tn_end[i] - i < RUN_MIN_NODES) return RUN_NONE;
-    *h = run_height(g, w, sid, MIN(v->max_depth, INT16_MAX));
-    const struct wstate *s = &w->states[sid];
+    if (v->tn_end[i] - i < RUN_MIN_NODES) return RUN_NONE;
+    bool quiet = true;
+    if (!(v->tn_wf[i] & (1u << GRAMMAR_U8_BOUNDARY))) {
+        sid = complete(g, w, sid, v->tn_wf[i], &quiet);
+        if (sid < 0) return RUN_NONE;
+    }
     const uint64_t *sub = v->tn_sub_ascii[i];
+    run_profile(g, w, sid);
+    const struct wstate *s = &w->states[sid];
+    int end;
     if ((sub[0] & ~s->run_ascii[0]) || (sub[1] & ~s->run_ascii[1]) ||
-        (v->tn_sub_mb[i] && !s->run_mb))
-        return RUN_NONE;
-    if (*h >= v->tn_run[i]) return RUN_ALL;
-    if (u || s->run_end < 0) return RUN_NONE;
+        (v->tn_sub_mb[i] && !s->run_mb)) {
+        *h = 0;
+        end = s->unknown ? -1 : sid;
+    } else {
+        *h = run_height(g, w, sid, MIN(v->max_depth, INT16_MAX));
+        if (*h >= v->tn_chars[i]) return RUN_ALL;
+        end = w->states[sid].run_end;
+    }
+    if (u || !quiet || end < 0) return RUN_NONE;
     /* After h characters the run ends in state e; a longer token dies on the
      * first byte of its next character if e reads none of those bytes. */
-    const uint64_t *alive = w->states[s->run_end].alive;
+    const uint64_t *alive = w->states[end].alive;
     if ((alive[0] & sub[0]) || (alive[1] & sub[1])) return RUN_NONE;
     if (v->tn_sub_mb[i]) /* lead bytes C2-F4 */
         for (unsigned b = 0xC2; b <= 0xF4; b++)

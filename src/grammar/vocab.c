@@ -25,10 +25,12 @@
  *
  * Each node also carries a summary of the byte strings below it, so a mask
  * walk can take a whole subtree of plain text in one step (mask.c, "runs"):
- * whether the node's path ends on a character boundary and every string
- * below is well-formed UTF-8 from there (whole characters, the last one
- * possibly cut short), the most characters any of them starts, which ASCII
- * bytes occur below, and whether any non-ASCII byte does.
+ * from which UTF-8 decoding states every string below is well-formed (whole
+ * characters, the last one possibly cut short) when decoding starts at the
+ * node in that state - a property of the strings below only, so a token
+ * that starts with the continuation bytes of a character begun by the
+ * previous token qualifies too -, the most characters any of them starts,
+ * which ASCII bytes occur below, and whether any non-ASCII byte does.
  *
  * Lifetime: process (one per loaded model); immutable after construction,
  * shared read-only by every thread.
@@ -55,92 +57,87 @@ static int cmp_tok(const void *a, const void *b)
 
 static pthread_mutex_t sort_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* UTF-8 decoding states along a trie path (Unicode table 3-7: no overlong
- * forms, no surrogates, nothing above U+10FFFF). */
-enum {
-    U8_BOUNDARY = 0, /* whole characters so far */
-    U8_NEED1,        /* one more continuation byte 80-BF */
-    U8_NEED2,        /* two more, the next 80-BF */
-    U8_NEED3,        /* three more, the next 80-BF */
-    U8_AFTER_E0,     /* two more, the next A0-BF */
-    U8_AFTER_ED,     /* two more, the next 80-9F */
-    U8_AFTER_F0,     /* three more, the next 90-BF */
-    U8_AFTER_F4,     /* three more, the next 80-8F */
-    U8_INVALID,      /* not well-formed */
-};
+/* UTF-8 decoding states (enum grammar_u8, grammar_impl.h) follow Unicode
+ * table 3-7: no overlong forms, no surrogates, nothing above U+10FFFF. */
+enum { U8_INVALID = GRAMMAR_U8_STATES };
 
 static uint8_t u8_next(uint8_t st, unsigned b)
 {
     switch (st) {
-    case U8_BOUNDARY:
-        if (b < 0x80) return U8_BOUNDARY;
-        if (b >= 0xC2 && b <= 0xDF) return U8_NEED1;
-        if (b == 0xE0) return U8_AFTER_E0;
-        if (b == 0xED) return U8_AFTER_ED;
-        if (b >= 0xE1 && b <= 0xEF) return U8_NEED2;
-        if (b == 0xF0) return U8_AFTER_F0;
-        if (b >= 0xF1 && b <= 0xF3) return U8_NEED3;
-        if (b == 0xF4) return U8_AFTER_F4;
+    case GRAMMAR_U8_BOUNDARY:
+        if (b < 0x80) return GRAMMAR_U8_BOUNDARY;
+        if (b >= 0xC2 && b <= 0xDF) return GRAMMAR_U8_NEED1;
+        if (b == 0xE0) return GRAMMAR_U8_AFTER_E0;
+        if (b == 0xED) return GRAMMAR_U8_AFTER_ED;
+        if (b >= 0xE1 && b <= 0xEF) return GRAMMAR_U8_NEED2;
+        if (b == 0xF0) return GRAMMAR_U8_AFTER_F0;
+        if (b >= 0xF1 && b <= 0xF3) return GRAMMAR_U8_NEED3;
+        if (b == 0xF4) return GRAMMAR_U8_AFTER_F4;
         return U8_INVALID;
-    case U8_NEED1:
-        return b >= 0x80 && b <= 0xBF ? U8_BOUNDARY : U8_INVALID;
-    case U8_NEED2:
-        return b >= 0x80 && b <= 0xBF ? U8_NEED1 : U8_INVALID;
-    case U8_NEED3:
-        return b >= 0x80 && b <= 0xBF ? U8_NEED2 : U8_INVALID;
-    case U8_AFTER_E0:
-        return b >= 0xA0 && b <= 0xBF ? U8_NEED1 : U8_INVALID;
-    case U8_AFTER_ED:
-        return b >= 0x80 && b <= 0x9F ? U8_NEED1 : U8_INVALID;
-    case U8_AFTER_F0:
-        return b >= 0x90 && b <= 0xBF ? U8_NEED2 : U8_INVALID;
-    case U8_AFTER_F4:
-        return b >= 0x80 && b <= 0x8F ? U8_NEED2 : U8_INVALID;
+    case GRAMMAR_U8_NEED1:
+        return b >= 0x80 && b <= 0xBF ? GRAMMAR_U8_BOUNDARY : U8_INVALID;
+    case GRAMMAR_U8_NEED2:
+        return b >= 0x80 && b <= 0xBF ? GRAMMAR_U8_NEED1 : U8_INVALID;
+    case GRAMMAR_U8_NEED3:
+        return b >= 0x80 && b <= 0xBF ? GRAMMAR_U8_NEED2 : U8_INVALID;
+    case GRAMMAR_U8_AFTER_E0:
+        return b >= 0xA0 && b <= 0xBF ? GRAMMAR_U8_NEED1 : U8_INVALID;
+    case GRAMMAR_U8_AFTER_ED:
+        return b >= 0x80 && b <= 0x9F ? GRAMMAR_U8_NEED1 : U8_INVALID;
+    case GRAMMAR_U8_AFTER_F0:
+        return b >= 0x90 && b <= 0xBF ? GRAMMAR_U8_NEED2 : U8_INVALID;
+    case GRAMMAR_U8_AFTER_F4:
+        return b >= 0x80 && b <= 0x8F ? GRAMMAR_U8_NEED2 : U8_INVALID;
     default:
         return U8_INVALID;
     }
 }
 
-/* Fills tn_run, tn_sub_ascii and tn_sub_mb (see the header comment). */
+/* Fills tn_chars, tn_wf, tn_sub_ascii, tn_sub_mb and the start counts (see
+ * the header comment). */
 static void build_runs(struct grammar_vocab *v)
 {
     int n = v->n_nodes;
-    uint8_t *u8 = xmalloc((size_t)n);
     int32_t *starts = v->tn_starts = xmalloc(sizeof(int32_t) * (size_t)n);
     int32_t *max_starts = xmalloc(sizeof(int32_t) * (size_t)n); /* most in the subtree */
-    uint8_t *bad = xcalloc((size_t)n, 1); /* some node strictly below is ill-formed */
-    v->tn_run = xmalloc(sizeof(int32_t) * (size_t)n);
+    v->tn_chars = xmalloc(sizeof(int32_t) * (size_t)n);
+    v->tn_wf = xmalloc((size_t)n);
     v->tn_sub_ascii = xcalloc((size_t)n, sizeof(*v->tn_sub_ascii));
     v->tn_sub_mb = xcalloc((size_t)n, 1);
-    u8[0] = U8_BOUNDARY;
     starts[0] = 0;
     for (int i = 1; i < n; i++) { /* preorder: the parent comes first */
-        int32_t par = v->tn_parent[i];
         unsigned b = v->tn_byte[i];
-        u8[i] = u8_next(u8[par], b);
-        starts[i] = starts[par] + ((b & 0xC0) != 0x80);
+        starts[i] = starts[v->tn_parent[i]] + ((b & 0xC0) != 0x80);
     }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         max_starts[i] = starts[i];
+        v->tn_wf[i] = (uint8_t)((1u << GRAMMAR_U8_STATES) - 1); /* nothing below yet */
+    }
     for (int i = n - 1; i > 0; i--) { /* children before their parent */
         int32_t par = v->tn_parent[i];
         unsigned b = v->tn_byte[i];
         if (max_starts[i] > max_starts[par]) max_starts[par] = max_starts[i];
-        bad[par] |= bad[i] | (u8[i] == U8_INVALID);
+        /* Decoding from state s at the parent stays well-formed through
+         * this child's subtree iff its byte is allowed in s and the
+         * subtree is well-formed from the state that byte leads to. */
+        uint8_t ok = 0;
+        for (unsigned st = 0; st < GRAMMAR_U8_STATES; st++) {
+            uint8_t nx = u8_next((uint8_t)st, b);
+            if (nx != U8_INVALID && (v->tn_wf[i] >> nx & 1)) ok |= (uint8_t)(1u << st);
+        }
+        v->tn_wf[par] &= ok;
         v->tn_sub_ascii[par][0] |= v->tn_sub_ascii[i][0];
         v->tn_sub_ascii[par][1] |= v->tn_sub_ascii[i][1];
         if (b < 0x80) v->tn_sub_ascii[par][b >> 6] |= 1ull << (b & 63);
         v->tn_sub_mb[par] |= v->tn_sub_mb[i] | (b >= 0x80);
     }
     for (int i = 0; i < n; i++)
-        v->tn_run[i] = u8[i] == U8_BOUNDARY && !bad[i] ? max_starts[i] - starts[i] : -1;
+        v->tn_chars[i] = max_starts[i] - starts[i];
     v->ord_starts = xmalloc(sizeof(int32_t) * (size_t)(v->n_order ? v->n_order : 1));
     for (int i = 0; i < n; i++)
         for (int k = v->tn_first[i]; k < v->tn_first[i] + v->tn_ntok[i]; k++)
             v->ord_starts[k] = starts[i];
-    free(u8);
     free(max_starts);
-    free(bad);
 }
 
 struct grammar_vocab *grammar__vocab_build(int n_vocab, char *bytes, uint64_t *off, uint8_t *cls,
@@ -253,7 +250,8 @@ void grammar_vocab_free(struct grammar_vocab *v)
     free(v->tn_ntok);
     free(v->tn_first);
     free(v->tn_last);
-    free(v->tn_run);
+    free(v->tn_chars);
+    free(v->tn_wf);
     free(v->tn_sub_ascii);
     free(v->tn_sub_mb);
     free(v->tn_starts);
