@@ -48,6 +48,7 @@ void grammar__posmask_free(struct grammar_posmask *pm)
     free(pm->accept);
     free(pm->accept_list);
     free(pm->uncertain);
+    if (pm->base_owned) grammar__posmask_free(pm->base);
     free(pm);
 }
 
@@ -67,17 +68,17 @@ static void list_push(struct i32list *l, int32_t x)
 }
 
 /* Sets the bits of the tokens order[from, to); returns how many. */
-static int set_range(uint64_t *bits, const struct grammar_vocab *v, int from, int to)
+static int set_range(uint64_t *bits, const struct grammar_trie *t, int from, int to)
 {
     for (int k = from; k < to; k++)
-        bits[v->order[k] >> 6] |= 1ull << (v->order[k] & 63);
+        bits[t->order[k] >> 6] |= 1ull << (t->order[k] & 63);
     return to - from;
 }
 
-static void push_range(struct i32list *l, const struct grammar_vocab *v, int from, int to)
+static void push_range(struct i32list *l, const struct grammar_trie *t, int from, int to)
 {
     for (int k = from; k < to; k++)
-        list_push(l, v->order[k]);
+        list_push(l, t->order[k]);
 }
 
 /* ---- table walks: interned states and byte-group transitions ----
@@ -316,7 +317,7 @@ static int step(const struct grammar *g, struct grammar_walker *w, int sid, unsi
  * bounded string and the (n+1)-th share them. */
 
 #define RUN_MAX_LEAVES 64 /* states with more leaves get no run */
-#define RUN_MIN_NODES  8  /* smaller subtrees are walked: cheaper than a profile */
+#define RUN_MIN_TOKENS 4  /* smaller subtrees are walked: cheaper than a profile */
 
 static const uint8_t utf8_class[8][4][2] = {
     {{0xC2, 0xDF}, {0x80, 0xBF}},
@@ -429,12 +430,21 @@ static int run_height(const struct grammar *g, struct grammar_walker *w, int sid
         bool cycle = false;
         for (int j = 0; j < n_chain && !cycle; j++)
             cycle = chain[j] == cur;
-        if (cycle || n_chain >= cap) {
+        if (cycle) {
             /* A cycle of states whose run characters contain each other's
-             * reads runs of any length; a chain longer than the cap is
-             * longer than any token. */
+             * reads runs of any length. */
             val = cap;
             end = -1;
+            break;
+        }
+        if (n_chain >= cap) {
+            /* A chain as long as the cap is longer than any token: that
+             * much is known of its first state only (the others may end
+             * soon after the cut), so only that one is recorded. */
+            struct wstate *first = &w->states[sid];
+            first->run_h = (int16_t)cap;
+            first->run_end = -1;
+            n_chain = 0;
             break;
         }
         if (n_chain == cap_chain) {
@@ -538,25 +548,25 @@ enum run_verdict {
  * still decided when the state reads none of the bytes that start them: a
  * run of height 0, which keeps only the tokens that end before them. */
 static enum run_verdict run_verdict(const struct grammar *g, struct grammar_walker *w,
-                                    const struct grammar_vocab *v, int sid, int i, bool u, int *h)
+                                    const struct grammar_vocab *v, int sid,
+                                    const struct grammar_tnode *nd, bool u, int *h)
 {
-    if (v->tn_end[i] - i < RUN_MIN_NODES) return RUN_NONE;
+    if (nd->last - nd->first < RUN_MIN_TOKENS) return RUN_NONE;
     bool quiet = true;
-    if (!(v->tn_wf[i] & (1u << GRAMMAR_U8_BOUNDARY))) {
-        sid = complete(g, w, sid, v->tn_wf[i], &quiet);
+    if (!(nd->wf & (1u << GRAMMAR_U8_BOUNDARY))) {
+        sid = complete(g, w, sid, nd->wf, &quiet);
         if (sid < 0) return RUN_NONE;
     }
-    const uint64_t *sub = v->tn_sub_ascii[i];
+    const uint64_t *sub = nd->sub_ascii;
     run_profile(g, w, sid);
     const struct wstate *s = &w->states[sid];
     int end;
-    if ((sub[0] & ~s->run_ascii[0]) || (sub[1] & ~s->run_ascii[1]) ||
-        (v->tn_sub_mb[i] && !s->run_mb)) {
+    if ((sub[0] & ~s->run_ascii[0]) || (sub[1] & ~s->run_ascii[1]) || (nd->sub_mb && !s->run_mb)) {
         *h = 0;
         end = s->unknown ? -1 : sid;
     } else {
         *h = run_height(g, w, sid, MIN(v->max_depth, INT16_MAX));
-        if (*h >= v->tn_chars[i]) return RUN_ALL;
+        if (*h >= nd->chars) return RUN_ALL;
         end = w->states[sid].run_end;
     }
     if (u || !quiet || end < 0) return RUN_NONE;
@@ -564,14 +574,16 @@ static enum run_verdict run_verdict(const struct grammar *g, struct grammar_walk
      * first byte of its next character if e reads none of those bytes. */
     const uint64_t *alive = w->states[end].alive;
     if ((alive[0] & sub[0]) || (alive[1] & sub[1])) return RUN_NONE;
-    if (v->tn_sub_mb[i]) /* lead bytes C2-F4 */
+    if (nd->sub_mb) /* lead bytes C2-F4 */
         for (unsigned b = 0xC2; b <= 0xF4; b++)
             if (grammar__set_has(alive, b)) return RUN_NONE;
     return RUN_UPTO;
 }
 
+/* The verdicts of the tokens of trie t in a context. */
 static struct grammar_posmask *compute(struct grammar *g, const struct grammar_vocab *v,
-                                       const int32_t *key, int n_key, bool root)
+                                       const struct grammar_trie *t, const int32_t *key, int n_key,
+                                       bool root)
 {
     if (g->walker && g->walker->pool.n > WALKER_MAX_NODES) {
         grammar__walker_free(g->walker);
@@ -579,14 +591,22 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
     }
     if (!g->walker) g->walker = walker_new();
     struct grammar_walker *w = g->walker;
-    int D = v->max_depth + 1;
-    int *sd = xmalloc(sizeof(int) * (size_t)D);
-    bool *unc = xcalloc((size_t)D, 1);
+    /* Depth-first over the trie with an explicit stack: one frame per node
+     * whose children are being scanned. */
+    struct frame {
+        int32_t next;  /* next child to visit */
+        int32_t end;   /* one past the last child */
+        int32_t sid;   /* walker state at the node */
+        int32_t chars; /* characters started on the path to the node */
+        bool unc;      /* a stack returned below the key on the way (tokens are
+                          uncertain rather than rejected) */
+    } *fr = xmalloc(sizeof(*fr) * (size_t)(v->max_depth + 1));
     struct i32list un = {0};
     int words = (v->n_vocab + 63) / 64, n_acc = 0;
     uint64_t *acc = xcalloc((size_t)words, 8); /* accepted tokens, straight into a bitmap */
     /* Returning below the key means the deepest frame's rule finished. */
     const uint64_t *follow = g->follow[g->rule_of[key[n_key - 1]]];
+    const struct grammar_tnode *tn = t->tn;
 
     int32_t parent = root ? GRAMMAR_PARENT_ROOT : GRAMMAR_PARENT_UNKNW;
     for (int i = n_key - 1; i >= 1; i--)
@@ -594,56 +614,56 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
     struct grammar_state st0 = {0};
     grammar__state_reserve(&st0, 1);
     st0.leaf[st0.n++] = grammar__node(&w->pool, key[0], parent);
-    sd[0] = intern(g, w, &st0);
+    fr[0] = (struct frame){tn[0].kids, tn[0].kids + tn[0].n_kids, intern(g, w, &st0), 0, false};
     free(st0.leaf);
-    for (int i = 1; i < v->n_nodes;) {
-        int d = v->tn_depth[i];
-        unsigned b = v->tn_byte[i];
-        const struct wstate *in = &w->states[sd[d - 1]];
-        bool u = unc[d - 1] || (in->unknown && grammar__set_has(follow, b));
-        int t0 = v->tn_first[i], nt = v->tn_ntok[i];
+    for (int top = 0; top >= 0;) {
+        struct frame *f = &fr[top];
+        if (f->next == f->end) {
+            top--;
+            continue;
+        }
+        const struct grammar_tnode *nd = &tn[f->next++];
+        unsigned b = nd->byte;
+        int chars = f->chars + ((b & 0xC0) != 0x80);
+        const struct wstate *in = &w->states[f->sid];
+        bool u = f->unc || (in->unknown && grammar__set_has(follow, b));
         if (!grammar__set_has(in->alive, b)) {
             /* No leaf reads b: the state after it is empty (no stack, no
              * return), so the subtree is rejected or uncertain as a whole. */
-            if (u) push_range(&un, v, t0, v->tn_last[i]);
-            i = v->tn_end[i];
+            if (u) push_range(&un, t, nd->first, nd->last);
             continue;
         }
-        int o_id = step(g, w, sd[d - 1], b);
-        sd[d] = o_id;
-        if (w->states[o_id].n > 0) {
+        int o_id = step(g, w, f->sid, b);
+        if (nd->n_kids && w->states[o_id].n > 0) {
             int h = 0;
-            enum run_verdict rv = run_verdict(g, w, v, o_id, i, u, &h);
-            if (rv == RUN_ALL) n_acc += set_range(acc, v, t0, v->tn_last[i]);
+            enum run_verdict rv = run_verdict(g, w, v, o_id, nd, u, &h);
+            if (rv == RUN_ALL) n_acc += set_range(acc, t, nd->first, nd->last);
             if (rv == RUN_UPTO) {
-                int most = v->tn_starts[i] + h;
-                for (int k = t0; k < v->tn_last[i]; k++)
-                    if (v->ord_starts[k] <= most) {
-                        acc[v->order[k] >> 6] |= 1ull << (v->order[k] & 63);
+                int most = chars + h;
+                for (int k = nd->first; k < nd->last; k++)
+                    if (t->ord_starts[k] <= most) {
+                        acc[t->order[k] >> 6] |= 1ull << (t->order[k] & 63);
                         n_acc++;
                     }
             }
-            if (rv != RUN_NONE) {
-                i = v->tn_end[i];
-                continue;
-            }
+            if (rv != RUN_NONE) continue;
         }
+        /* tokens ending at nd: order[first, t1) */
+        int t1 = nd->n_kids ? tn[nd->kids].first : nd->last;
         const struct wstate *o = &w->states[o_id];
-        unc[d] = u;
         if (o->n > 0 || o->unknown || o->accept)
-            n_acc += set_range(acc, v, t0, t0 + nt);
+            n_acc += set_range(acc, t, nd->first, t1);
         else if (u)
-            push_range(&un, v, t0, t0 + nt);
+            push_range(&un, t, nd->first, t1);
         if (o->n == 0 && !o->unknown) {
             /* No stack lives inside the frame and none just returned: the
              * deeper tokens all are uncertain (a return happened before) or
              * all rejected. (A state that just returned goes one level
              * deeper, where each child's byte is checked against FOLLOW.) */
-            if (u) push_range(&un, v, t0 + nt, v->tn_last[i]);
-            i = v->tn_end[i];
+            if (u) push_range(&un, t, t1, nd->last);
             continue;
         }
-        i++;
+        if (nd->n_kids) fr[++top] = (struct frame){nd->kids, nd->kids + nd->n_kids, o_id, chars, u};
     }
     struct grammar_posmask *pm = xcalloc(1, sizeof(*pm));
     pm->n_accept = n_acc;
@@ -661,8 +681,7 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
     }
     pm->uncertain = un.a;
     pm->n_uncertain = un.n;
-    free(sd);
-    free(unc);
+    free(fr);
     return pm;
 }
 
@@ -693,6 +712,43 @@ static void tabs_grow(struct grammar *g)
     g->cap_tabs = cap;
 }
 
+/* The cached table of a context, or NULL (under g->mu). */
+static struct grammar_posmask *lookup(struct grammar *g, const int32_t *key, int n_key, bool root,
+                                      uint64_t h)
+{
+    if (!g->cap_tabs) return NULL;
+    for (size_t k = h & (size_t)(g->cap_tabs - 1); g->tabs[k].hash;
+         k = (k + 1) & (size_t)(g->cap_tabs - 1)) {
+        struct grammar_ctxtab *t = &g->tabs[k];
+        if (t->hash == h && t->n_key == n_key && t->root == root &&
+            memcmp(t->key, key, sizeof(int32_t) * (size_t)n_key) == 0)
+            return t->pm;
+    }
+    return NULL;
+}
+
+/* Caches pm under its context; false when the cache is full (the caller
+ * keeps ownership). Under g->mu. */
+static bool insert(struct grammar *g, const int32_t *key, int n_key, bool root, uint64_t h,
+                   struct grammar_posmask *pm)
+{
+    /* Bounded memory: beyond the cap a table serves one mask only. */
+    if (g->n_tabs >= GRAMMAR_MAX_TABLES) return false;
+    if (2 * (g->n_tabs + 1) > g->cap_tabs) tabs_grow(g);
+    size_t k = h & (size_t)(g->cap_tabs - 1);
+    while (g->tabs[k].hash)
+        k = (k + 1) & (size_t)(g->cap_tabs - 1);
+    struct grammar_ctxtab *t = &g->tabs[k];
+    t->hash = h;
+    t->key = xmalloc(sizeof(int32_t) * (size_t)n_key);
+    memcpy(t->key, key, sizeof(int32_t) * (size_t)n_key);
+    t->n_key = n_key;
+    t->root = root;
+    t->pm = pm;
+    g->n_tabs++;
+    return true;
+}
+
 struct grammar_posmask *grammar__table(struct grammar *g, const struct grammar_vocab *v,
                                        const int32_t *key, int n_key, bool root, bool *owned)
 {
@@ -703,36 +759,35 @@ struct grammar_posmask *grammar__table(struct grammar *g, const struct grammar_v
     pthread_mutex_lock(&g->mu);
     if (!g->vocab) g->vocab = v;
     CHECK(g->vocab == v);
-    if (g->cap_tabs) {
-        for (size_t k = h & (size_t)(g->cap_tabs - 1); g->tabs[k].hash;
-             k = (k + 1) & (size_t)(g->cap_tabs - 1)) {
-            struct grammar_ctxtab *t = &g->tabs[k];
-            if (t->hash == h && t->n_key == n_key && t->root == root &&
-                memcmp(t->key, key, sizeof(int32_t) * (size_t)n_key) == 0) {
-                pthread_mutex_unlock(&g->mu);
-                return t->pm;
-            }
+    struct grammar_posmask *pm = lookup(g, key, n_key, root, h);
+    if (pm) goto out_unlock;
+    /* Frames of bounded repetitions far from their end: the tokens of
+     * fewer than GRAMMAR_REP_CAP characters have the verdicts they have in
+     * the canonical context (ir.c, rep_canon), so its table serves them and
+     * this one walks only the subtrees that hold longer tokens. */
+    int32_t ck[GRAMMAR_CTX_DEPTH];
+    bool canon = false;
+    for (int i = 0; i < n_key; i++) {
+        ck[i] = g->rep_canon[key[i]];
+        canon |= ck[i] != key[i];
+    }
+    struct grammar_posmask *base = NULL;
+    bool base_owned = false;
+    if (canon) {
+        uint64_t hc = key_hash(ck, n_key, root);
+        base = lookup(g, ck, n_key, root, hc);
+        if (!base) {
+            base = compute(g, v, &v->trie, ck, n_key, root);
+            g->n_builds++;
+            base_owned = !insert(g, ck, n_key, root, hc, base);
         }
     }
-    struct grammar_posmask *pm = compute(g, v, key, n_key, root);
+    pm = compute(g, v, canon ? &v->long_trie : &v->trie, key, n_key, root);
+    pm->base = base;
+    pm->base_owned = base_owned;
     g->n_builds++;
-    if (g->n_tabs >= GRAMMAR_MAX_TABLES) {
-        /* Bounded memory: beyond the cap a table serves one mask only. */
-        *owned = true;
-    } else {
-        if (2 * (g->n_tabs + 1) > g->cap_tabs) tabs_grow(g);
-        size_t k = h & (size_t)(g->cap_tabs - 1);
-        while (g->tabs[k].hash)
-            k = (k + 1) & (size_t)(g->cap_tabs - 1);
-        struct grammar_ctxtab *t = &g->tabs[k];
-        t->hash = h;
-        t->key = xmalloc(sizeof(int32_t) * (size_t)n_key);
-        memcpy(t->key, key, sizeof(int32_t) * (size_t)n_key);
-        t->n_key = n_key;
-        t->root = root;
-        t->pm = pm;
-        g->n_tabs++;
-    }
+    *owned = !insert(g, key, n_key, root, h, pm);
+out_unlock:
     pthread_mutex_unlock(&g->mu);
     return pm;
 }
@@ -766,24 +821,24 @@ int grammar_matcher_fill_mask(struct grammar_matcher *m, uint64_t *mask)
             node = pool->parent[node];
         }
         tabs[i] = grammar__table(g, v, key, n_key, node == GRAMMAR_PARENT_ROOT, &owned[i]);
-        const struct grammar_posmask *pm = tabs[i];
-        if (pm->accept)
-            for (int w = 0; w < words; w++)
-                mask[w] |= pm->accept[w];
-        else
-            for (int j = 0; j < pm->n_accept; j++)
-                mask[pm->accept_list[j] >> 6] |= 1ull << (pm->accept_list[j] & 63);
-        any_uncertain |= pm->n_uncertain > 0;
-    }
-    for (int i = 0; i < st->n && any_uncertain; i++) {
-        const struct grammar_posmask *pm = tabs[i];
-        for (int j = 0; j < pm->n_uncertain; j++) {
-            int32_t t = pm->uncertain[j];
-            if ((mask[t >> 6] >> (t & 63)) & 1) continue;
-            if (grammar__matcher_try(m, v->bytes + v->off[t], v->off[t + 1] - v->off[t]))
-                mask[t >> 6] |= 1ull << (t & 63);
+        for (const struct grammar_posmask *pm = tabs[i]; pm; pm = pm->base) {
+            if (pm->accept)
+                for (int w = 0; w < words; w++)
+                    mask[w] |= pm->accept[w];
+            else
+                for (int j = 0; j < pm->n_accept; j++)
+                    mask[pm->accept_list[j] >> 6] |= 1ull << (pm->accept_list[j] & 63);
+            any_uncertain |= pm->n_uncertain > 0;
         }
     }
+    for (int i = 0; i < st->n && any_uncertain; i++)
+        for (const struct grammar_posmask *pm = tabs[i]; pm; pm = pm->base)
+            for (int j = 0; j < pm->n_uncertain; j++) {
+                int32_t t = pm->uncertain[j];
+                if ((mask[t >> 6] >> (t & 63)) & 1) continue;
+                if (grammar__matcher_try(m, v->bytes + v->off[t], v->off[t + 1] - v->off[t]))
+                    mask[t >> 6] |= 1ull << (t & 63);
+            }
     for (int i = 0; i < st->n; i++)
         if (owned[i]) grammar__posmask_free(tabs[i]);
     if (tabs != tabs_small) {
