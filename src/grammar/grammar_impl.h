@@ -276,7 +276,8 @@ struct grammar_tnode {
     uint8_t wf;            /* bit u (enum grammar_u8): every string strictly below is
                               well-formed UTF-8 when decoding starts here in state u */
     uint8_t sub_mb;        /* a non-ASCII byte occurs strictly below */
-    uint8_t pad;           /* unused */
+    uint8_t n_here;        /* tokens ending here (order[first ..]), UINT8_MAX: that many or
+                              more (then they end where the first child's begin) */
 };
 
 /* A trie over a sorted set of tokens. */

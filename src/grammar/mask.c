@@ -640,16 +640,18 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
             if (rv == RUN_ALL) n_acc += set_range(acc, t, nd->first, nd->last);
             if (rv == RUN_UPTO) {
                 int most = chars + h;
-                for (int k = nd->first; k < nd->last; k++)
-                    if (t->ord_starts[k] <= most) {
-                        acc[t->order[k] >> 6] |= 1ull << (t->order[k] & 63);
-                        n_acc++;
-                    }
+                for (int k = nd->first; k < nd->last; k++) { /* branch-free: ~half pass */
+                    uint64_t in_run = t->ord_starts[k] <= most;
+                    acc[t->order[k] >> 6] |= in_run << (t->order[k] & 63);
+                    n_acc += (int)in_run;
+                }
             }
             if (rv != RUN_NONE) continue;
         }
         /* tokens ending at nd: order[first, t1) */
-        int t1 = nd->n_kids ? tn[nd->kids].first : nd->last;
+        int t1 = nd->n_here < UINT8_MAX ? nd->first + nd->n_here
+                 : nd->n_kids           ? tn[nd->kids].first
+                                        : nd->last;
         const struct wstate *o = &w->states[o_id];
         if (o->n > 0 || o->unknown || o->accept)
             n_acc += set_range(acc, t, nd->first, t1);

@@ -169,6 +169,7 @@ static void pack_trie(struct grammar_trie *t, const struct pretrie *p)
         nd->byte = p->byte[i];
         nd->wf = wf[i];
         nd->sub_mb = sub_mb[i];
+        nd->n_here = (uint8_t)MIN(p->ntok[i], UINT8_MAX);
     }
     CHECK(next == n);
     free(id);
