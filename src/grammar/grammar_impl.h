@@ -259,15 +259,15 @@ enum grammar_u8 {
 };
 
 /* One trie node: what a mask walk reads when it reaches the node, packed
- * into 32 bytes (two per cache line). A node's children are numbered
+ * into 32 bytes (two per cache line; checked in vocab.c). A node's children are numbered
  * contiguously in byte order, so a walk scans them as one array and a
  * child whose byte the state cannot read is dropped without touching
  * anything else. */
 struct grammar_tnode {
     uint64_t sub_ascii[2]; /* ASCII bytes occurring strictly below */
     int32_t first;         /* first index into order of the subtree's tokens (those ending
-                              here come first) */
-    int32_t last;          /* one past the last index into order of the subtree's tokens */
+                              here come first); the subtree's end is where the next sibling's
+                              tokens begin (the last sibling: where the parent's end) */
     int32_t kids;          /* first child; the children are kids .. kids + n_kids - 1 */
     uint16_t n_kids;       /* children */
     uint16_t chars;        /* characters (non-continuation bytes) the longest string strictly

@@ -549,9 +549,9 @@ enum run_verdict {
  * run of height 0, which keeps only the tokens that end before them. */
 static enum run_verdict run_verdict(const struct grammar *g, struct grammar_walker *w,
                                     const struct grammar_vocab *v, int sid,
-                                    const struct grammar_tnode *nd, bool u, int *h)
+                                    const struct grammar_tnode *nd, int last, bool u, int *h)
 {
-    if (nd->last - nd->first < RUN_MIN_TOKENS) return RUN_NONE;
+    if (last - nd->first < RUN_MIN_TOKENS) return RUN_NONE;
     bool quiet = true;
     if (!(nd->wf & (1u << GRAMMAR_U8_BOUNDARY))) {
         sid = complete(g, w, sid, nd->wf, &quiet);
@@ -598,6 +598,7 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
         int32_t end;   /* one past the last child */
         int32_t sid;   /* walker state at the node */
         int32_t chars; /* characters started on the path to the node */
+        int32_t last;  /* one past the node's last token (in order) */
         bool unc;      /* a stack returned below the key on the way (tokens are
                           uncertain rather than rejected) */
     } *fr = xmalloc(sizeof(*fr) * (size_t)(v->max_depth + 1));
@@ -614,7 +615,8 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
     struct grammar_state st0 = {0};
     grammar__state_reserve(&st0, 1);
     st0.leaf[st0.n++] = grammar__node(&w->pool, key[0], parent);
-    fr[0] = (struct frame){tn[0].kids, tn[0].kids + tn[0].n_kids, intern(g, w, &st0), 0, false};
+    fr[0] = (struct frame){tn[0].kids, tn[0].kids + tn[0].n_kids, intern(g, w, &st0), 0, t->n_order,
+                           false};
     free(st0.leaf);
     for (int top = 0; top >= 0;) {
         struct frame *f = &fr[top];
@@ -623,6 +625,7 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
             continue;
         }
         const struct grammar_tnode *nd = &tn[f->next++];
+        int last = f->next < f->end ? tn[f->next].first : f->last;
         unsigned b = nd->byte;
         int chars = f->chars + ((b & 0xC0) != 0x80);
         const struct wstate *in = &w->states[f->sid];
@@ -630,17 +633,17 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
         if (!grammar__set_has(in->alive, b)) {
             /* No leaf reads b: the state after it is empty (no stack, no
              * return), so the subtree is rejected or uncertain as a whole. */
-            if (u) push_range(&un, t, nd->first, nd->last);
+            if (u) push_range(&un, t, nd->first, last);
             continue;
         }
         int o_id = step(g, w, f->sid, b);
         if (nd->n_kids && w->states[o_id].n > 0) {
             int h = 0;
-            enum run_verdict rv = run_verdict(g, w, v, o_id, nd, u, &h);
-            if (rv == RUN_ALL) n_acc += set_range(acc, t, nd->first, nd->last);
+            enum run_verdict rv = run_verdict(g, w, v, o_id, nd, last, u, &h);
+            if (rv == RUN_ALL) n_acc += set_range(acc, t, nd->first, last);
             if (rv == RUN_UPTO) {
                 int most = chars + h;
-                for (int k = nd->first; k < nd->last; k++) { /* branch-free: ~half pass */
+                for (int k = nd->first; k < last; k++) { /* branch-free: ~half pass */
                     uint64_t in_run = t->ord_starts[k] <= most;
                     acc[t->order[k] >> 6] |= in_run << (t->order[k] & 63);
                     n_acc += (int)in_run;
@@ -651,7 +654,7 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
         /* tokens ending at nd: order[first, t1) */
         int t1 = nd->n_here < UINT8_MAX ? nd->first + nd->n_here
                  : nd->n_kids           ? tn[nd->kids].first
-                                        : nd->last;
+                                        : last;
         const struct wstate *o = &w->states[o_id];
         if (o->n > 0 || o->unknown || o->accept)
             n_acc += set_range(acc, t, nd->first, t1);
@@ -662,10 +665,11 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
              * deeper tokens all are uncertain (a return happened before) or
              * all rejected. (A state that just returned goes one level
              * deeper, where each child's byte is checked against FOLLOW.) */
-            if (u) push_range(&un, t, t1, nd->last);
+            if (u) push_range(&un, t, t1, last);
             continue;
         }
-        if (nd->n_kids) fr[++top] = (struct frame){nd->kids, nd->kids + nd->n_kids, o_id, chars, u};
+        if (nd->n_kids)
+            fr[++top] = (struct frame){nd->kids, nd->kids + nd->n_kids, o_id, chars, last, u};
     }
     struct grammar_posmask *pm = xcalloc(1, sizeof(*pm));
     pm->n_accept = n_acc;

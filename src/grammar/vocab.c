@@ -112,6 +112,7 @@ struct pretrie {
  * close together. Also fills t->ord_starts. */
 static void pack_trie(struct grammar_trie *t, const struct pretrie *p)
 {
+    _Static_assert(sizeof(struct grammar_tnode) == 32, "trie node is not 32 bytes");
     int n = p->n;
     int32_t *starts = xmalloc(sizeof(int32_t) * (size_t)n);     /* characters on the path */
     int32_t *max_starts = xmalloc(sizeof(int32_t) * (size_t)n); /* most in the subtree */
@@ -162,7 +163,6 @@ static void pack_trie(struct grammar_trie *t, const struct pretrie *p)
         nd->kids = next > kids ? kids : 0;
         nd->n_kids = (uint16_t)(next - kids);
         nd->first = p->first[i];
-        nd->last = p->last[i];
         nd->sub_ascii[0] = sub_ascii[i][0];
         nd->sub_ascii[1] = sub_ascii[i][1];
         nd->chars = (uint16_t)MIN(max_starts[i] - starts[i], UINT16_MAX);
