@@ -67,6 +67,21 @@ static void list_push(struct i32list *l, int32_t x)
     l->a[l->n++] = x;
 }
 
+/* Bits set in a mask of n words. Inline SWAR: the build targets plain
+ * x86-64, where __builtin_popcountll is a library call per word. */
+static int count_bits(const uint64_t *m, int n)
+{
+    int count = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t x = m[i];
+        x -= (x >> 1) & 0x5555555555555555ull;
+        x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+        x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+        count += (int)((x * 0x0101010101010101ull) >> 56);
+    }
+    return count;
+}
+
 /* Sets the bits of the tokens order[from, to); returns how many. */
 static int set_range(uint64_t *bits, const struct grammar_trie *t, int from, int to)
 {
@@ -854,10 +869,7 @@ int grammar_matcher_fill_mask(struct grammar_matcher *m, uint64_t *mask)
     if (st->accept)
         for (int k = 0; k < v->n_eog; k++)
             mask[v->eog[k] >> 6] |= 1ull << (v->eog[k] & 63);
-    int count = 0;
-    for (int w = 0; w < words; w++)
-        count += __builtin_popcountll(mask[w]);
-    return count;
+    return count_bits(mask, words);
 }
 
 void grammar_table_stats(struct grammar *g, int *n_cached, uint64_t *n_built)
