@@ -24,8 +24,18 @@
  * plain text at once (below), so a walk inside free text visits the few
  * thousand trie nodes of tokens with quotes or backslashes, not all 274K.
  *
- * At run time, fill_mask ORs the tables of the state's stacks and walks each
- * uncertain token's bytes from the real state:
+ * A bounded repetition's frames far from its end share a table (ir.c,
+ * rep_canon): a frame with more than GRAMMAR_REP_CAP items left decides the
+ * tokens of fewer characters as the frame with exactly that many does, so
+ * such a context's table is that canonical table (its `base`) plus a walk
+ * of the vocabulary's long-token trie for the rest:
+ *
+ *   key:   [char of x, opt_40 frame, string frame, ...]
+ *   table: base = table([char of x, opt_16 frame, string frame, ...])
+ *          + the tokens of >= 16 characters, walked from the key itself
+ *
+ * At run time, fill_mask ORs the tables of the state's stacks (and their
+ * bases) and walks each uncertain token's bytes from the real state:
  *
  *   mask = OR(accept[key(s)] for s in stacks) | {t in uncertain: walk(state, t) ok}
  *          | EOG tokens if the state accepts
@@ -785,7 +795,7 @@ struct grammar_posmask *grammar__table(struct grammar *g, const struct grammar_v
     /* Frames of bounded repetitions far from their end: the tokens of
      * fewer than GRAMMAR_REP_CAP characters have the verdicts they have in
      * the canonical context (ir.c, rep_canon), so its table serves them and
-     * this one walks only the subtrees that hold longer tokens. */
+     * this one walks the long-token trie for the others. */
     int32_t ck[GRAMMAR_CTX_DEPTH];
     bool canon = false;
     for (int i = 0; i < n_key; i++) {

@@ -19,9 +19,12 @@
  * user-defined (4) and byte (6) tokens take part in matching; unknown (2),
  * control (3) and unused (5) never do. A token with no bytes never does.
  *
- * The trie holds the normal tokens sorted by bytes; its nodes are numbered in
- * depth-first preorder so a subtree is a contiguous node range and its tokens
- * a contiguous range of `order` (mask.c walks it once per grammar position).
+ * The trie holds the normal tokens sorted by bytes, so a subtree's tokens
+ * are a contiguous range of `order` (mask.c walks it once per grammar
+ * position). It is built in depth-first preorder, then packed: 32 bytes a
+ * node, each node's children numbered contiguously (pack_trie). A second
+ * trie holds only the tokens of at least GRAMMAR_REP_CAP characters (the
+ * long tokens of a bounded repetition's shared tables, mask.c).
  *
  * Each node also carries a summary of the byte strings below it, so a mask
  * walk can take a whole subtree of plain text in one step (mask.c, "runs"):
