@@ -259,10 +259,9 @@ enum grammar_u8 {
 };
 
 /* One trie node: what a mask walk reads when it reaches the node, packed
- * into 32 bytes (two per cache line; checked in vocab.c). A node's children are numbered
- * contiguously in byte order, so a walk scans them as one array and a
- * child whose byte the state cannot read is dropped without touching
- * anything else. */
+ * into 32 bytes (two per cache line; checked in vocab.c). A node's
+ * children are numbered contiguously in byte order, so a walk scans them as
+ * one array. */
 struct grammar_tnode {
     uint64_t sub_ascii[2]; /* ASCII bytes occurring strictly below */
     int32_t first;         /* first index into order of the subtree's tokens (those ending

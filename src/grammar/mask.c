@@ -565,9 +565,10 @@ enum run_verdict {
     RUN_UPTO, /* tokens starting at most *h characters below are accepted, the rest rejected */
 };
 
-/* What a run from state sid says about the tokens below trie node i (and at
- * it). u: a stack already returned below the key on the way to i (rejected
- * tokens would be uncertain, so only RUN_ALL applies). When the strings
+/* What a run from state sid says about the tokens below trie node nd (and
+ * at it; its tokens end at index last of order). u: a stack already
+ * returned below the key on the way to nd (rejected tokens would be
+ * uncertain, so only RUN_ALL applies). When the strings
  * below start inside a character, the run is the one of the state that
  * finishes it (complete()). A subtree with characters outside the run is
  * still decided when the state reads none of the bytes that start them: a
