@@ -49,6 +49,7 @@
 #define GRAMMAR_PARENT_UNKNW (-2)      /* stack bottom standing for "any context" */
 #define GRAMMAR_CTX_DEPTH    64        /* stack frames that key a mask table */
 #define GRAMMAR_MAX_TABLES   8192      /* mask tables cached per grammar */
+#define GRAMMAR_REP_CAP      16        /* repetition items left that key a mask table */
 
 /* ---- builder ---- */
 
@@ -76,6 +77,8 @@ struct grammar_brule {
     int n_alts;                /* alternatives */
     int cap;                   /* allocated */
     bool defined;              /* EBNF: a definition was seen */
+    int rep_left;              /* grammar__repeat's opt_k (k optional items left), else 0 */
+    int rep_next;              /* for opt_k: opt_{k-1}, or -1 */
 };
 
 struct grammar_builder {
@@ -145,11 +148,16 @@ struct grammar_elem {
  * stack): the verdict for every token, given those frames and nothing about
  * what lies below them. */
 struct grammar_posmask {
-    uint64_t *accept;     /* (n_words) tokens accepted whatever the context, or NULL: */
-    int32_t *accept_list; /* (n_accept) the same as a list when that is smaller */
-    int n_accept;         /* tokens accepted */
-    int32_t *uncertain;   /* (n_uncertain) tokens that leave the rule: check at run time */
-    int n_uncertain;      /* entries */
+    uint64_t *accept;             /* (n_words) tokens accepted whatever the context, or NULL: */
+    int32_t *accept_list;         /* (n_accept) the same as a list when that is smaller */
+    int n_accept;                 /* tokens accepted */
+    int32_t *uncertain;           /* (n_uncertain) tokens that leave the rule: check at run time */
+    int n_uncertain;              /* entries */
+    struct grammar_posmask *base; /* the canonical context's table, whose accepted and
+                                     uncertain tokens are this one's too (this one then holds
+                                     only the verdicts of tokens of at least GRAMMAR_REP_CAP
+                                     characters); NULL: none */
+    bool base_owned;              /* base is not cached: freed with this table */
 };
 
 struct grammar {
@@ -165,6 +173,11 @@ struct grammar {
     int n_sets;                 /* byte sets */
     int *rule_of;               /* (n_elems) rule each position belongs to */
     uint64_t (*follow)[4];      /* (n_rules) bytes that may follow a finished rule */
+    int32_t *rep_canon;         /* (n_elems) position a stack frame at this position takes in
+                                   a canonical table key: for the frame of a bounded
+                                   repetition with more than GRAMMAR_REP_CAP items left, the
+                                   frame of the same repetition with exactly that many;
+                                   otherwise the position itself */
 
     pthread_mutex_t mu;                /* guards the fields below */
     const struct grammar_vocab *vocab; /* the vocabulary of the tables (set on first use) */
@@ -231,32 +244,61 @@ void grammar__advance(const struct grammar *g, struct grammar_pool *p,
 /* Grows st->leaf to hold at least n more ids. */
 void grammar__state_reserve(struct grammar_state *st, int n);
 
+/* UTF-8 decoding states between bytes (Unicode table 3-7): at a character
+ * boundary, or inside a character with the continuation bytes still due. */
+enum grammar_u8 {
+    GRAMMAR_U8_BOUNDARY, /* whole characters so far */
+    GRAMMAR_U8_NEED1,    /* one more continuation byte 80-BF */
+    GRAMMAR_U8_NEED2,    /* two more, the next 80-BF */
+    GRAMMAR_U8_NEED3,    /* three more, the next 80-BF */
+    GRAMMAR_U8_AFTER_E0, /* two more, the next A0-BF */
+    GRAMMAR_U8_AFTER_ED, /* two more, the next 80-9F */
+    GRAMMAR_U8_AFTER_F0, /* three more, the next 90-BF */
+    GRAMMAR_U8_AFTER_F4, /* three more, the next 80-8F */
+    GRAMMAR_U8_STATES,
+};
+
+/* One trie node: what a mask walk reads when it reaches the node, packed
+ * into 32 bytes (two per cache line; checked in vocab.c). A node's
+ * children are numbered contiguously in byte order, so a walk scans them as
+ * one array. */
+struct grammar_tnode {
+    uint64_t sub_ascii[2]; /* ASCII bytes occurring strictly below */
+    int32_t first;         /* first index into order of the subtree's tokens (those ending
+                              here come first); the subtree's end is where the next sibling's
+                              tokens begin (the last sibling: where the parent's end) */
+    int32_t kids;          /* first child; the children are kids .. kids + n_kids - 1 */
+    uint16_t n_kids;       /* children */
+    uint16_t chars;        /* characters (non-continuation bytes) the longest string strictly
+                              below starts, saturated at UINT16_MAX */
+    uint8_t byte;          /* byte on the edge from the parent */
+    uint8_t wf;            /* bit u (enum grammar_u8): every string strictly below is
+                              well-formed UTF-8 when decoding starts here in state u */
+    uint8_t sub_mb;        /* a non-ASCII byte occurs strictly below */
+    uint8_t n_here;        /* tokens ending here (order[first ..]), UINT8_MAX: that many or
+                              more (then they end where the first child's begin) */
+};
+
+/* A trie over a sorted set of tokens. */
+struct grammar_trie {
+    int32_t *order;           /* (n_order) token ids sorted by bytes (depth-first order) */
+    int32_t *ord_starts;      /* (n_order) characters each starts (non-continuation bytes) */
+    int n_order;              /* tokens */
+    struct grammar_tnode *tn; /* (n_nodes) node 0 is the root */
+    int n_nodes;              /* nodes incl. the root */
+};
+
 /* Vocabulary internals used by mask.c. */
 struct grammar_vocab {
-    int n_vocab;   /* tokens */
-    char *bytes;   /* concatenated token bytes */
-    uint64_t *off; /* (n_vocab + 1) offsets into bytes */
-    uint8_t *cls;  /* (n_vocab) enum grammar_token_class */
-    int32_t *eog;  /* (n_eog) end-of-generation ids */
-    int n_eog;     /* entries */
-    /* Trie over NORMAL tokens' bytes, nodes in depth-first order. */
-    int32_t *order;     /* (n_order) NORMAL token ids sorted by bytes (DFS order) */
-    int n_order;        /* entries */
-    int32_t *tn_parent; /* (n_nodes) parent trie node (-1 for the root 0) */
-    uint8_t *tn_byte;   /* (n_nodes) byte on the edge from the parent */
-    int32_t *tn_depth;  /* (n_nodes) bytes from the root */
-    int32_t *tn_end;    /* (n_nodes) one past the last node of the subtree */
-    int32_t *tn_ntok;   /* (n_nodes) tokens ending exactly here: order[tn_first ..][0, tn_ntok) */
-    int32_t *tn_first;  /* (n_nodes) first index into order of the subtree */
-    int32_t *tn_last;   /* (n_nodes) one past the last index into order of the subtree */
-    int32_t *tn_run;    /* (n_nodes) characters the longest string below starts, when the node
-                           ends a whole character and everything below is well-formed UTF-8; else -1 */
-    uint64_t (*tn_sub_ascii)[2]; /* (n_nodes) ASCII bytes occurring strictly below */
-    uint8_t *tn_sub_mb;          /* (n_nodes) a non-ASCII byte occurs strictly below */
-    int32_t *tn_starts;  /* (n_nodes) characters started on the path (non-continuation bytes) */
-    int32_t *ord_starts; /* (n_order) the same for each token of order */
-    int n_nodes;         /* trie nodes incl. root */
-    int max_depth;       /* longest token */
+    int n_vocab;                   /* tokens */
+    char *bytes;                   /* concatenated token bytes */
+    uint64_t *off;                 /* (n_vocab + 1) offsets into bytes */
+    uint8_t *cls;                  /* (n_vocab) enum grammar_token_class */
+    int32_t *eog;                  /* (n_eog) end-of-generation ids */
+    int n_eog;                     /* entries */
+    struct grammar_trie trie;      /* every NORMAL token */
+    struct grammar_trie long_trie; /* the NORMAL tokens of at least GRAMMAR_REP_CAP characters */
+    int max_depth;                 /* longest token (bytes) */
 };
 
 struct grammar_vocab *grammar__vocab_build(int n_vocab, char *bytes, uint64_t *off, uint8_t *cls,

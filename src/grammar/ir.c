@@ -232,6 +232,8 @@ int grammar__repeat(struct grammar_builder *b, const char *name, int item, int m
         grammar__ref(b, o, item);
         if (tail >= 0) grammar__ref(b, o, tail);
         grammar__alt(b, o);
+        b->rules[o].rep_left = k;
+        b->rules[o].rep_next = tail;
         tail = o;
     }
     grammar__alt(b, r);
@@ -498,6 +500,39 @@ static int left_rec_dfs(const struct grammar_builder *b, int r, const bool *prod
     return 0;
 }
 
+/* Fills g->rep_canon. A bounded repetition item{0,n} is a chain of rules
+ * opt_k ::= item opt_{k-1} | "" (grammar__repeat); a stack inside the item
+ * has one frame at opt_k's `item` reference. Such a frame with k >
+ * GRAMMAR_REP_CAP maps to the frame of opt_CAP of the same chain: a token
+ * that starts at most CAP - 1 characters meets at most CAP - 1 further
+ * items (each non-empty item starts with a character of its own), so its
+ * verdict is the same for every k >= CAP, and the tables of all those
+ * positions share their short tokens (mask.c). The chain's layout is
+ * checked; anything else keeps its own position. */
+static void rep_canon(struct grammar *g, const struct grammar_builder *b)
+{
+    g->rep_canon = xmalloc(sizeof(int32_t) * (size_t)(g->n_elems ? g->n_elems : 1));
+    for (int p = 0; p < g->n_elems; p++)
+        g->rep_canon[p] = p;
+    for (int r = 0; r < b->n_rules; r++) {
+        if (b->rules[r].rep_left <= GRAMMAR_REP_CAP) continue;
+        int c = r;
+        for (int k = b->rules[r].rep_left; k > GRAMMAR_REP_CAP && c >= 0; k--)
+            c = b->rules[c].rep_next;
+        if (c < 0 || b->rules[c].rep_left != GRAMMAR_REP_CAP) continue;
+        if (g->rule_alt0[r] == g->rule_alt0[r + 1] || g->rule_alt0[c] == g->rule_alt0[c + 1])
+            continue;
+        int pr = g->rule_alts[g->rule_alt0[r]], pc = g->rule_alts[g->rule_alt0[c]];
+        const struct grammar_elem *er = &g->elems[pr], *ec = &g->elems[pc];
+        if (er[0].kind != GRAMMAR_E_REF || ec[0].kind != GRAMMAR_E_REF || er[0].arg != ec[0].arg ||
+            er[1].kind != GRAMMAR_E_REF || er[1].arg != b->rules[r].rep_next ||
+            ec[1].kind != GRAMMAR_E_REF || ec[1].arg != b->rules[c].rep_next ||
+            er[2].kind != GRAMMAR_E_END || ec[2].kind != GRAMMAR_E_END)
+            continue;
+        g->rep_canon[pr] = pc;
+    }
+}
+
 int grammar__lower(struct grammar_builder *b, int root, struct grammar **out, struct err_msg *msg)
 {
     int rc = 0;
@@ -685,6 +720,7 @@ int grammar__lower(struct grammar_builder *b, int root, struct grammar **out, st
                 if (g->elems[pos].kind == GRAMMAR_E_END) break;
             }
     compute_follow(g);
+    rep_canon(g, b);
     *out = g;
 out_free_flags:
     free(prod);
@@ -767,6 +803,7 @@ void grammar_unref(struct grammar *g)
     free(g->sets);
     free(g->rule_of);
     free(g->follow);
+    free(g->rep_canon);
     free(g);
 }
 

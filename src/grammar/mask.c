@@ -24,8 +24,18 @@
  * plain text at once (below), so a walk inside free text visits the few
  * thousand trie nodes of tokens with quotes or backslashes, not all 274K.
  *
- * At run time, fill_mask ORs the tables of the state's stacks and walks each
- * uncertain token's bytes from the real state:
+ * A bounded repetition's frames far from its end share a table (ir.c,
+ * rep_canon): a frame with more than GRAMMAR_REP_CAP items left decides the
+ * tokens of fewer characters as the frame with exactly that many does, so
+ * such a context's table is that canonical table (its `base`) plus a walk
+ * of the vocabulary's long-token trie for the rest:
+ *
+ *   key:   [char of x, opt_40 frame, string frame, ...]
+ *   table: base = table([char of x, opt_16 frame, string frame, ...])
+ *          + the tokens of >= 16 characters, walked from the key itself
+ *
+ * At run time, fill_mask ORs the tables of the state's stacks (and their
+ * bases) and walks each uncertain token's bytes from the real state:
  *
  *   mask = OR(accept[key(s)] for s in stacks) | {t in uncertain: walk(state, t) ok}
  *          | EOG tokens if the state accepts
@@ -48,6 +58,7 @@ void grammar__posmask_free(struct grammar_posmask *pm)
     free(pm->accept);
     free(pm->accept_list);
     free(pm->uncertain);
+    if (pm->base_owned) grammar__posmask_free(pm->base);
     free(pm);
 }
 
@@ -66,18 +77,33 @@ static void list_push(struct i32list *l, int32_t x)
     l->a[l->n++] = x;
 }
 
+/* Bits set in a mask of n words. Inline SWAR: the build targets plain
+ * x86-64, where __builtin_popcountll is a library call per word. */
+static int count_bits(const uint64_t *m, int n)
+{
+    int count = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t x = m[i];
+        x -= (x >> 1) & 0x5555555555555555ull;
+        x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+        x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+        count += (int)((x * 0x0101010101010101ull) >> 56);
+    }
+    return count;
+}
+
 /* Sets the bits of the tokens order[from, to); returns how many. */
-static int set_range(uint64_t *bits, const struct grammar_vocab *v, int from, int to)
+static int set_range(uint64_t *bits, const struct grammar_trie *t, int from, int to)
 {
     for (int k = from; k < to; k++)
-        bits[v->order[k] >> 6] |= 1ull << (v->order[k] & 63);
+        bits[t->order[k] >> 6] |= 1ull << (t->order[k] & 63);
     return to - from;
 }
 
-static void push_range(struct i32list *l, const struct grammar_vocab *v, int from, int to)
+static void push_range(struct i32list *l, const struct grammar_trie *t, int from, int to)
 {
     for (int k = from; k < to; k++)
-        list_push(l, v->order[k]);
+        list_push(l, t->order[k]);
 }
 
 /* ---- table walks: interned states and byte-group transitions ----
@@ -110,6 +136,10 @@ struct wstate {
                               returned nothing below the key */
     uint64_t alive[4];     /* bytes some leaf reads (any other byte empties the state) */
     uint64_t run_ascii[2]; /* ASCII bytes that are run characters here */
+    int32_t comp[GRAMMAR_U8_STATES - 1]; /* per mid-character decoding state u (from NEED1):
+                              2 * the state after the continuation bytes u expects, + 1 if a
+                              state on the way returned below the key; -1 when they do not
+                              lead uniformly to one live state; -2 until computed */
 };
 
 struct grammar_walker {
@@ -205,6 +235,8 @@ static int intern(const struct grammar *g, struct grammar_walker *w, struct gram
                           .run_next = -2,
                           .row = -1,
                           .run_end = -1};
+    for (int k = 0; k < GRAMMAR_U8_STATES - 1; k++)
+        ns->comp[k] = -2;
     for (int i = 0; i < st->n; i++)
         for (int k = 0; k < 4; k++)
             ns->alive[k] |= g->sets[g->elems[w->pool.pos[st->leaf[i]]].arg][k];
@@ -310,7 +342,7 @@ static int step(const struct grammar *g, struct grammar_walker *w, int sid, unsi
  * bounded string and the (n+1)-th share them. */
 
 #define RUN_MAX_LEAVES 64 /* states with more leaves get no run */
-#define RUN_MIN_NODES  8  /* smaller subtrees are walked: cheaper than a profile */
+#define RUN_MIN_TOKENS 4  /* smaller subtrees are walked: cheaper than a profile */
 
 static const uint8_t utf8_class[8][4][2] = {
     {{0xC2, 0xDF}, {0x80, 0xBF}},
@@ -423,12 +455,21 @@ static int run_height(const struct grammar *g, struct grammar_walker *w, int sid
         bool cycle = false;
         for (int j = 0; j < n_chain && !cycle; j++)
             cycle = chain[j] == cur;
-        if (cycle || n_chain >= cap) {
+        if (cycle) {
             /* A cycle of states whose run characters contain each other's
-             * reads runs of any length; a chain longer than the cap is
-             * longer than any token. */
+             * reads runs of any length. */
             val = cap;
             end = -1;
+            break;
+        }
+        if (n_chain >= cap) {
+            /* A chain as long as the cap is longer than any token: that
+             * much is known of its first state only (the others may end
+             * soon after the cut), so only that one is recorded. */
+            struct wstate *first = &w->states[sid];
+            first->run_h = (int16_t)cap;
+            first->run_end = -1;
+            n_chain = 0;
             break;
         }
         if (n_chain == cap_chain) {
@@ -460,39 +501,115 @@ static int run_height(const struct grammar *g, struct grammar_walker *w, int sid
     return w->states[sid].run_h;
 }
 
+/* ---- completions: a run that starts inside a character ----
+ *
+ * A table for the middle of a character (the previous token ended after a
+ * lead byte) walks tokens that begin with continuation bytes: a run cannot
+ * apply until the character is complete, and below each completing node
+ * there may be little. But when the continuation bytes still due lead
+ * uniformly (each range of Unicode table 3-7 read wholly by the same leaves)
+ * to one state y, every string that first finishes the character reaches y,
+ * so a subtree whose strings are well-formed from that decoding state (the
+ * vocabulary's tn_wf) is decided by the run of y, in one step as well. */
+
+static const uint8_t u8_cont[GRAMMAR_U8_STATES][3][2] = {
+    [GRAMMAR_U8_NEED1] = {{0x80, 0xBF}},
+    [GRAMMAR_U8_NEED2] = {{0x80, 0xBF}, {0x80, 0xBF}},
+    [GRAMMAR_U8_NEED3] = {{0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    [GRAMMAR_U8_AFTER_E0] = {{0xA0, 0xBF}, {0x80, 0xBF}},
+    [GRAMMAR_U8_AFTER_ED] = {{0x80, 0x9F}, {0x80, 0xBF}},
+    [GRAMMAR_U8_AFTER_F0] = {{0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    [GRAMMAR_U8_AFTER_F4] = {{0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
+};
+static const int u8_cont_len[GRAMMAR_U8_STATES] = {0, 1, 2, 3, 2, 2, 3, 3};
+
+/* The state that state sid reaches once the character is finished, for
+ * the first decoding state in wf (mid-character states only) whose
+ * continuation bytes lead there uniformly through live states; -1 if none.
+ * *quiet: neither sid nor a state on the way returned below the key. */
+static int complete(const struct grammar *g, struct grammar_walker *w, int sid, unsigned wf,
+                    bool *quiet)
+{
+    for (int u = GRAMMAR_U8_NEED1; u < GRAMMAR_U8_STATES; u++) {
+        if (!(wf >> u & 1)) continue;
+        int c = w->states[sid].comp[u - 1];
+        if (c == -2) {
+            int cur = sid;
+            bool noisy = w->states[sid].unknown;
+            for (int k = 0; k < u8_cont_len[u] && cur >= 0; k++) {
+                unsigned lo = u8_cont[u][k][0], hi = u8_cont[u][k][1];
+                if (!range_uniform(g, w, cur, lo, hi)) {
+                    cur = -1;
+                    break;
+                }
+                cur = step(g, w, cur, lo); /* may move w->states */
+                if (w->states[cur].n == 0)
+                    cur = -1;
+                else
+                    noisy |= w->states[cur].unknown;
+            }
+            c = cur < 0 ? -1 : 2 * cur + noisy;
+            w->states[sid].comp[u - 1] = c;
+        }
+        if (c >= 0) {
+            *quiet = !(c & 1);
+            return c >> 1;
+        }
+    }
+    return -1;
+}
+
 enum run_verdict {
     RUN_NONE, /* walk the subtree */
     RUN_ALL,  /* every token below is accepted */
     RUN_UPTO, /* tokens starting at most *h characters below are accepted, the rest rejected */
 };
 
-/* What a run from state sid says about the tokens below trie node i (and at
- * it). u: a stack already returned below the key on the way to i (rejected
- * tokens would be uncertain, so only RUN_ALL applies). */
+/* What a run from state sid says about the tokens below trie node nd (and
+ * at it; its tokens end at index last of order). u: a stack already
+ * returned below the key on the way to nd (rejected tokens would be
+ * uncertain, so only RUN_ALL applies). When the strings
+ * below start inside a character, the run is the one of the state that
+ * finishes it (complete()). A subtree with characters outside the run is
+ * still decided when the state reads none of the bytes that start them: a
+ * run of height 0, which keeps only the tokens that end before them. */
 static enum run_verdict run_verdict(const struct grammar *g, struct grammar_walker *w,
-                                    const struct grammar_vocab *v, int sid, int i, bool u, int *h)
+                                    const struct grammar_vocab *v, int sid,
+                                    const struct grammar_tnode *nd, int last, bool u, int *h)
 {
-    if (v->tn_run[i] < 0 || v->tn_end[i] - i < RUN_MIN_NODES) return RUN_NONE;
-    *h = run_height(g, w, sid, MIN(v->max_depth, INT16_MAX));
+    if (last - nd->first < RUN_MIN_TOKENS) return RUN_NONE;
+    bool quiet = true;
+    if (!(nd->wf & (1u << GRAMMAR_U8_BOUNDARY))) {
+        sid = complete(g, w, sid, nd->wf, &quiet);
+        if (sid < 0) return RUN_NONE;
+    }
+    const uint64_t *sub = nd->sub_ascii;
+    run_profile(g, w, sid);
     const struct wstate *s = &w->states[sid];
-    const uint64_t *sub = v->tn_sub_ascii[i];
-    if ((sub[0] & ~s->run_ascii[0]) || (sub[1] & ~s->run_ascii[1]) ||
-        (v->tn_sub_mb[i] && !s->run_mb))
-        return RUN_NONE;
-    if (*h >= v->tn_run[i]) return RUN_ALL;
-    if (u || s->run_end < 0) return RUN_NONE;
+    int end;
+    if ((sub[0] & ~s->run_ascii[0]) || (sub[1] & ~s->run_ascii[1]) || (nd->sub_mb && !s->run_mb)) {
+        *h = 0;
+        end = s->unknown ? -1 : sid;
+    } else {
+        *h = run_height(g, w, sid, MIN(v->max_depth, INT16_MAX));
+        if (*h >= nd->chars) return RUN_ALL;
+        end = w->states[sid].run_end;
+    }
+    if (u || !quiet || end < 0) return RUN_NONE;
     /* After h characters the run ends in state e; a longer token dies on the
      * first byte of its next character if e reads none of those bytes. */
-    const uint64_t *alive = w->states[s->run_end].alive;
+    const uint64_t *alive = w->states[end].alive;
     if ((alive[0] & sub[0]) || (alive[1] & sub[1])) return RUN_NONE;
-    if (v->tn_sub_mb[i]) /* lead bytes C2-F4 */
+    if (nd->sub_mb) /* lead bytes C2-F4 */
         for (unsigned b = 0xC2; b <= 0xF4; b++)
             if (grammar__set_has(alive, b)) return RUN_NONE;
     return RUN_UPTO;
 }
 
+/* The verdicts of the tokens of trie t in a context. */
 static struct grammar_posmask *compute(struct grammar *g, const struct grammar_vocab *v,
-                                       const int32_t *key, int n_key, bool root)
+                                       const struct grammar_trie *t, const int32_t *key, int n_key,
+                                       bool root)
 {
     if (g->walker && g->walker->pool.n > WALKER_MAX_NODES) {
         grammar__walker_free(g->walker);
@@ -500,14 +617,23 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
     }
     if (!g->walker) g->walker = walker_new();
     struct grammar_walker *w = g->walker;
-    int D = v->max_depth + 1;
-    int *sd = xmalloc(sizeof(int) * (size_t)D);
-    bool *unc = xcalloc((size_t)D, 1);
+    /* Depth-first over the trie with an explicit stack: one frame per node
+     * whose children are being scanned. */
+    struct frame {
+        int32_t next;  /* next child to visit */
+        int32_t end;   /* one past the last child */
+        int32_t sid;   /* walker state at the node */
+        int32_t chars; /* characters started on the path to the node */
+        int32_t last;  /* one past the node's last token (in order) */
+        bool unc;      /* a stack returned below the key on the way (tokens are
+                          uncertain rather than rejected) */
+    } *fr = xmalloc(sizeof(*fr) * (size_t)(v->max_depth + 1));
     struct i32list un = {0};
     int words = (v->n_vocab + 63) / 64, n_acc = 0;
     uint64_t *acc = xcalloc((size_t)words, 8); /* accepted tokens, straight into a bitmap */
     /* Returning below the key means the deepest frame's rule finished. */
     const uint64_t *follow = g->follow[g->rule_of[key[n_key - 1]]];
+    const struct grammar_tnode *tn = t->tn;
 
     int32_t parent = root ? GRAMMAR_PARENT_ROOT : GRAMMAR_PARENT_UNKNW;
     for (int i = n_key - 1; i >= 1; i--)
@@ -515,56 +641,61 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
     struct grammar_state st0 = {0};
     grammar__state_reserve(&st0, 1);
     st0.leaf[st0.n++] = grammar__node(&w->pool, key[0], parent);
-    sd[0] = intern(g, w, &st0);
+    fr[0] = (struct frame){tn[0].kids, tn[0].kids + tn[0].n_kids, intern(g, w, &st0), 0, t->n_order,
+                           false};
     free(st0.leaf);
-    for (int i = 1; i < v->n_nodes;) {
-        int d = v->tn_depth[i];
-        unsigned b = v->tn_byte[i];
-        const struct wstate *in = &w->states[sd[d - 1]];
-        bool u = unc[d - 1] || (in->unknown && grammar__set_has(follow, b));
-        int t0 = v->tn_first[i], nt = v->tn_ntok[i];
+    for (int top = 0; top >= 0;) {
+        struct frame *f = &fr[top];
+        if (f->next == f->end) {
+            top--;
+            continue;
+        }
+        const struct grammar_tnode *nd = &tn[f->next++];
+        int last = f->next < f->end ? tn[f->next].first : f->last;
+        unsigned b = nd->byte;
+        int chars = f->chars + ((b & 0xC0) != 0x80);
+        const struct wstate *in = &w->states[f->sid];
+        bool u = f->unc || (in->unknown && grammar__set_has(follow, b));
         if (!grammar__set_has(in->alive, b)) {
             /* No leaf reads b: the state after it is empty (no stack, no
              * return), so the subtree is rejected or uncertain as a whole. */
-            if (u) push_range(&un, v, t0, v->tn_last[i]);
-            i = v->tn_end[i];
+            if (u) push_range(&un, t, nd->first, last);
             continue;
         }
-        int o_id = step(g, w, sd[d - 1], b);
-        sd[d] = o_id;
-        if (w->states[o_id].n > 0) {
+        int o_id = step(g, w, f->sid, b);
+        if (nd->n_kids && w->states[o_id].n > 0) {
             int h = 0;
-            enum run_verdict rv = run_verdict(g, w, v, o_id, i, u, &h);
-            if (rv == RUN_ALL) n_acc += set_range(acc, v, t0, v->tn_last[i]);
+            enum run_verdict rv = run_verdict(g, w, v, o_id, nd, last, u, &h);
+            if (rv == RUN_ALL) n_acc += set_range(acc, t, nd->first, last);
             if (rv == RUN_UPTO) {
-                int most = v->tn_starts[i] + h;
-                for (int k = t0; k < v->tn_last[i]; k++)
-                    if (v->ord_starts[k] <= most) {
-                        acc[v->order[k] >> 6] |= 1ull << (v->order[k] & 63);
-                        n_acc++;
-                    }
+                int most = chars + h;
+                for (int k = nd->first; k < last; k++) { /* branch-free: ~half pass */
+                    uint64_t in_run = t->ord_starts[k] <= most;
+                    acc[t->order[k] >> 6] |= in_run << (t->order[k] & 63);
+                    n_acc += (int)in_run;
+                }
             }
-            if (rv != RUN_NONE) {
-                i = v->tn_end[i];
-                continue;
-            }
+            if (rv != RUN_NONE) continue;
         }
+        /* tokens ending at nd: order[first, t1) */
+        int t1 = nd->n_here < UINT8_MAX ? nd->first + nd->n_here
+                 : nd->n_kids           ? tn[nd->kids].first
+                                        : last;
         const struct wstate *o = &w->states[o_id];
-        unc[d] = u;
         if (o->n > 0 || o->unknown || o->accept)
-            n_acc += set_range(acc, v, t0, t0 + nt);
+            n_acc += set_range(acc, t, nd->first, t1);
         else if (u)
-            push_range(&un, v, t0, t0 + nt);
+            push_range(&un, t, nd->first, t1);
         if (o->n == 0 && !o->unknown) {
             /* No stack lives inside the frame and none just returned: the
              * deeper tokens all are uncertain (a return happened before) or
              * all rejected. (A state that just returned goes one level
              * deeper, where each child's byte is checked against FOLLOW.) */
-            if (u) push_range(&un, v, t0 + nt, v->tn_last[i]);
-            i = v->tn_end[i];
+            if (u) push_range(&un, t, t1, last);
             continue;
         }
-        i++;
+        if (nd->n_kids)
+            fr[++top] = (struct frame){nd->kids, nd->kids + nd->n_kids, o_id, chars, last, u};
     }
     struct grammar_posmask *pm = xcalloc(1, sizeof(*pm));
     pm->n_accept = n_acc;
@@ -582,8 +713,7 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
     }
     pm->uncertain = un.a;
     pm->n_uncertain = un.n;
-    free(sd);
-    free(unc);
+    free(fr);
     return pm;
 }
 
@@ -614,6 +744,43 @@ static void tabs_grow(struct grammar *g)
     g->cap_tabs = cap;
 }
 
+/* The cached table of a context, or NULL (under g->mu). */
+static struct grammar_posmask *lookup(struct grammar *g, const int32_t *key, int n_key, bool root,
+                                      uint64_t h)
+{
+    if (!g->cap_tabs) return NULL;
+    for (size_t k = h & (size_t)(g->cap_tabs - 1); g->tabs[k].hash;
+         k = (k + 1) & (size_t)(g->cap_tabs - 1)) {
+        struct grammar_ctxtab *t = &g->tabs[k];
+        if (t->hash == h && t->n_key == n_key && t->root == root &&
+            memcmp(t->key, key, sizeof(int32_t) * (size_t)n_key) == 0)
+            return t->pm;
+    }
+    return NULL;
+}
+
+/* Caches pm under its context; false when the cache is full (the caller
+ * keeps ownership). Under g->mu. */
+static bool insert(struct grammar *g, const int32_t *key, int n_key, bool root, uint64_t h,
+                   struct grammar_posmask *pm)
+{
+    /* Bounded memory: beyond the cap a table serves one mask only. */
+    if (g->n_tabs >= GRAMMAR_MAX_TABLES) return false;
+    if (2 * (g->n_tabs + 1) > g->cap_tabs) tabs_grow(g);
+    size_t k = h & (size_t)(g->cap_tabs - 1);
+    while (g->tabs[k].hash)
+        k = (k + 1) & (size_t)(g->cap_tabs - 1);
+    struct grammar_ctxtab *t = &g->tabs[k];
+    t->hash = h;
+    t->key = xmalloc(sizeof(int32_t) * (size_t)n_key);
+    memcpy(t->key, key, sizeof(int32_t) * (size_t)n_key);
+    t->n_key = n_key;
+    t->root = root;
+    t->pm = pm;
+    g->n_tabs++;
+    return true;
+}
+
 struct grammar_posmask *grammar__table(struct grammar *g, const struct grammar_vocab *v,
                                        const int32_t *key, int n_key, bool root, bool *owned)
 {
@@ -624,36 +791,35 @@ struct grammar_posmask *grammar__table(struct grammar *g, const struct grammar_v
     pthread_mutex_lock(&g->mu);
     if (!g->vocab) g->vocab = v;
     CHECK(g->vocab == v);
-    if (g->cap_tabs) {
-        for (size_t k = h & (size_t)(g->cap_tabs - 1); g->tabs[k].hash;
-             k = (k + 1) & (size_t)(g->cap_tabs - 1)) {
-            struct grammar_ctxtab *t = &g->tabs[k];
-            if (t->hash == h && t->n_key == n_key && t->root == root &&
-                memcmp(t->key, key, sizeof(int32_t) * (size_t)n_key) == 0) {
-                pthread_mutex_unlock(&g->mu);
-                return t->pm;
-            }
+    struct grammar_posmask *pm = lookup(g, key, n_key, root, h);
+    if (pm) goto out_unlock;
+    /* Frames of bounded repetitions far from their end: the tokens of
+     * fewer than GRAMMAR_REP_CAP characters have the verdicts they have in
+     * the canonical context (ir.c, rep_canon), so its table serves them and
+     * this one walks the long-token trie for the others. */
+    int32_t ck[GRAMMAR_CTX_DEPTH];
+    bool canon = false;
+    for (int i = 0; i < n_key; i++) {
+        ck[i] = g->rep_canon[key[i]];
+        canon |= ck[i] != key[i];
+    }
+    struct grammar_posmask *base = NULL;
+    bool base_owned = false;
+    if (canon) {
+        uint64_t hc = key_hash(ck, n_key, root);
+        base = lookup(g, ck, n_key, root, hc);
+        if (!base) {
+            base = compute(g, v, &v->trie, ck, n_key, root);
+            g->n_builds++;
+            base_owned = !insert(g, ck, n_key, root, hc, base);
         }
     }
-    struct grammar_posmask *pm = compute(g, v, key, n_key, root);
+    pm = compute(g, v, canon ? &v->long_trie : &v->trie, key, n_key, root);
+    pm->base = base;
+    pm->base_owned = base_owned;
     g->n_builds++;
-    if (g->n_tabs >= GRAMMAR_MAX_TABLES) {
-        /* Bounded memory: beyond the cap a table serves one mask only. */
-        *owned = true;
-    } else {
-        if (2 * (g->n_tabs + 1) > g->cap_tabs) tabs_grow(g);
-        size_t k = h & (size_t)(g->cap_tabs - 1);
-        while (g->tabs[k].hash)
-            k = (k + 1) & (size_t)(g->cap_tabs - 1);
-        struct grammar_ctxtab *t = &g->tabs[k];
-        t->hash = h;
-        t->key = xmalloc(sizeof(int32_t) * (size_t)n_key);
-        memcpy(t->key, key, sizeof(int32_t) * (size_t)n_key);
-        t->n_key = n_key;
-        t->root = root;
-        t->pm = pm;
-        g->n_tabs++;
-    }
+    *owned = !insert(g, key, n_key, root, h, pm);
+out_unlock:
     pthread_mutex_unlock(&g->mu);
     return pm;
 }
@@ -687,24 +853,24 @@ int grammar_matcher_fill_mask(struct grammar_matcher *m, uint64_t *mask)
             node = pool->parent[node];
         }
         tabs[i] = grammar__table(g, v, key, n_key, node == GRAMMAR_PARENT_ROOT, &owned[i]);
-        const struct grammar_posmask *pm = tabs[i];
-        if (pm->accept)
-            for (int w = 0; w < words; w++)
-                mask[w] |= pm->accept[w];
-        else
-            for (int j = 0; j < pm->n_accept; j++)
-                mask[pm->accept_list[j] >> 6] |= 1ull << (pm->accept_list[j] & 63);
-        any_uncertain |= pm->n_uncertain > 0;
-    }
-    for (int i = 0; i < st->n && any_uncertain; i++) {
-        const struct grammar_posmask *pm = tabs[i];
-        for (int j = 0; j < pm->n_uncertain; j++) {
-            int32_t t = pm->uncertain[j];
-            if ((mask[t >> 6] >> (t & 63)) & 1) continue;
-            if (grammar__matcher_try(m, v->bytes + v->off[t], v->off[t + 1] - v->off[t]))
-                mask[t >> 6] |= 1ull << (t & 63);
+        for (const struct grammar_posmask *pm = tabs[i]; pm; pm = pm->base) {
+            if (pm->accept)
+                for (int w = 0; w < words; w++)
+                    mask[w] |= pm->accept[w];
+            else
+                for (int j = 0; j < pm->n_accept; j++)
+                    mask[pm->accept_list[j] >> 6] |= 1ull << (pm->accept_list[j] & 63);
+            any_uncertain |= pm->n_uncertain > 0;
         }
     }
+    for (int i = 0; i < st->n && any_uncertain; i++)
+        for (const struct grammar_posmask *pm = tabs[i]; pm; pm = pm->base)
+            for (int j = 0; j < pm->n_uncertain; j++) {
+                int32_t t = pm->uncertain[j];
+                if ((mask[t >> 6] >> (t & 63)) & 1) continue;
+                if (grammar__matcher_try(m, v->bytes + v->off[t], v->off[t + 1] - v->off[t]))
+                    mask[t >> 6] |= 1ull << (t & 63);
+            }
     for (int i = 0; i < st->n; i++)
         if (owned[i]) grammar__posmask_free(tabs[i]);
     if (tabs != tabs_small) {
@@ -714,10 +880,7 @@ int grammar_matcher_fill_mask(struct grammar_matcher *m, uint64_t *mask)
     if (st->accept)
         for (int k = 0; k < v->n_eog; k++)
             mask[v->eog[k] >> 6] |= 1ull << (v->eog[k] & 63);
-    int count = 0;
-    for (int w = 0; w < words; w++)
-        count += __builtin_popcountll(mask[w]);
-    return count;
+    return count_bits(mask, words);
 }
 
 void grammar_table_stats(struct grammar *g, int *n_cached, uint64_t *n_built)

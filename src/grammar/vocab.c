@@ -19,16 +19,21 @@
  * user-defined (4) and byte (6) tokens take part in matching; unknown (2),
  * control (3) and unused (5) never do. A token with no bytes never does.
  *
- * The trie holds the normal tokens sorted by bytes; its nodes are numbered in
- * depth-first preorder so a subtree is a contiguous node range and its tokens
- * a contiguous range of `order` (mask.c walks it once per grammar position).
+ * The trie holds the normal tokens sorted by bytes, so a subtree's tokens
+ * are a contiguous range of `order` (mask.c walks it once per grammar
+ * position). It is built in depth-first preorder, then packed: 32 bytes a
+ * node, each node's children numbered contiguously (pack_trie). A second
+ * trie holds only the tokens of at least GRAMMAR_REP_CAP characters (the
+ * long tokens of a bounded repetition's shared tables, mask.c).
  *
  * Each node also carries a summary of the byte strings below it, so a mask
  * walk can take a whole subtree of plain text in one step (mask.c, "runs"):
- * whether the node's path ends on a character boundary and every string
- * below is well-formed UTF-8 from there (whole characters, the last one
- * possibly cut short), the most characters any of them starts, which ASCII
- * bytes occur below, and whether any non-ASCII byte does.
+ * from which UTF-8 decoding states every string below is well-formed (whole
+ * characters, the last one possibly cut short) when decoding starts at the
+ * node in that state - a property of the strings below only, so a token
+ * that starts with the continuation bytes of a character begun by the
+ * previous token qualifies too -, the most characters any of them starts,
+ * which ASCII bytes occur below, and whether any non-ASCII byte does.
  *
  * Lifetime: process (one per loaded model); immutable after construction,
  * shared read-only by every thread.
@@ -55,92 +60,190 @@ static int cmp_tok(const void *a, const void *b)
 
 static pthread_mutex_t sort_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* UTF-8 decoding states along a trie path (Unicode table 3-7: no overlong
- * forms, no surrogates, nothing above U+10FFFF). */
-enum {
-    U8_BOUNDARY = 0, /* whole characters so far */
-    U8_NEED1,        /* one more continuation byte 80-BF */
-    U8_NEED2,        /* two more, the next 80-BF */
-    U8_NEED3,        /* three more, the next 80-BF */
-    U8_AFTER_E0,     /* two more, the next A0-BF */
-    U8_AFTER_ED,     /* two more, the next 80-9F */
-    U8_AFTER_F0,     /* three more, the next 90-BF */
-    U8_AFTER_F4,     /* three more, the next 80-8F */
-    U8_INVALID,      /* not well-formed */
-};
+/* UTF-8 decoding states (enum grammar_u8, grammar_impl.h) follow Unicode
+ * table 3-7: no overlong forms, no surrogates, nothing above U+10FFFF. */
+enum { U8_INVALID = GRAMMAR_U8_STATES };
 
 static uint8_t u8_next(uint8_t st, unsigned b)
 {
     switch (st) {
-    case U8_BOUNDARY:
-        if (b < 0x80) return U8_BOUNDARY;
-        if (b >= 0xC2 && b <= 0xDF) return U8_NEED1;
-        if (b == 0xE0) return U8_AFTER_E0;
-        if (b == 0xED) return U8_AFTER_ED;
-        if (b >= 0xE1 && b <= 0xEF) return U8_NEED2;
-        if (b == 0xF0) return U8_AFTER_F0;
-        if (b >= 0xF1 && b <= 0xF3) return U8_NEED3;
-        if (b == 0xF4) return U8_AFTER_F4;
+    case GRAMMAR_U8_BOUNDARY:
+        if (b < 0x80) return GRAMMAR_U8_BOUNDARY;
+        if (b >= 0xC2 && b <= 0xDF) return GRAMMAR_U8_NEED1;
+        if (b == 0xE0) return GRAMMAR_U8_AFTER_E0;
+        if (b == 0xED) return GRAMMAR_U8_AFTER_ED;
+        if (b >= 0xE1 && b <= 0xEF) return GRAMMAR_U8_NEED2;
+        if (b == 0xF0) return GRAMMAR_U8_AFTER_F0;
+        if (b >= 0xF1 && b <= 0xF3) return GRAMMAR_U8_NEED3;
+        if (b == 0xF4) return GRAMMAR_U8_AFTER_F4;
         return U8_INVALID;
-    case U8_NEED1:
-        return b >= 0x80 && b <= 0xBF ? U8_BOUNDARY : U8_INVALID;
-    case U8_NEED2:
-        return b >= 0x80 && b <= 0xBF ? U8_NEED1 : U8_INVALID;
-    case U8_NEED3:
-        return b >= 0x80 && b <= 0xBF ? U8_NEED2 : U8_INVALID;
-    case U8_AFTER_E0:
-        return b >= 0xA0 && b <= 0xBF ? U8_NEED1 : U8_INVALID;
-    case U8_AFTER_ED:
-        return b >= 0x80 && b <= 0x9F ? U8_NEED1 : U8_INVALID;
-    case U8_AFTER_F0:
-        return b >= 0x90 && b <= 0xBF ? U8_NEED2 : U8_INVALID;
-    case U8_AFTER_F4:
-        return b >= 0x80 && b <= 0x8F ? U8_NEED2 : U8_INVALID;
+    case GRAMMAR_U8_NEED1:
+        return b >= 0x80 && b <= 0xBF ? GRAMMAR_U8_BOUNDARY : U8_INVALID;
+    case GRAMMAR_U8_NEED2:
+        return b >= 0x80 && b <= 0xBF ? GRAMMAR_U8_NEED1 : U8_INVALID;
+    case GRAMMAR_U8_NEED3:
+        return b >= 0x80 && b <= 0xBF ? GRAMMAR_U8_NEED2 : U8_INVALID;
+    case GRAMMAR_U8_AFTER_E0:
+        return b >= 0xA0 && b <= 0xBF ? GRAMMAR_U8_NEED1 : U8_INVALID;
+    case GRAMMAR_U8_AFTER_ED:
+        return b >= 0x80 && b <= 0x9F ? GRAMMAR_U8_NEED1 : U8_INVALID;
+    case GRAMMAR_U8_AFTER_F0:
+        return b >= 0x90 && b <= 0xBF ? GRAMMAR_U8_NEED2 : U8_INVALID;
+    case GRAMMAR_U8_AFTER_F4:
+        return b >= 0x80 && b <= 0x8F ? GRAMMAR_U8_NEED2 : U8_INVALID;
     default:
         return U8_INVALID;
     }
 }
 
-/* Fills tn_run, tn_sub_ascii and tn_sub_mb (see the header comment). */
-static void build_runs(struct grammar_vocab *v)
+/* The trie as first built: nodes in depth-first preorder, so a subtree is
+ * the node range [i, end[i]). */
+struct pretrie {
+    int32_t *parent; /* (n) parent node (-1 for the root 0) */
+    uint8_t *byte;   /* (n) byte on the edge from the parent */
+    int32_t *end;    /* (n) one past the last node of the subtree */
+    int32_t *first;  /* (n) first index into order of the subtree */
+    int32_t *last;   /* (n) one past the last index into order of the subtree */
+    int32_t *ntok;   /* (n) tokens ending exactly here */
+    int n;           /* nodes */
+};
+
+/* Computes the per-node summaries (see the header comment) over the
+ * preorder trie p and packs it into v->tn, renumbered so that each node's
+ * children are contiguous: a node's children get the next free block when
+ * the node itself is reached in preorder, which keeps a subtree's blocks
+ * close together. Also fills t->ord_starts. */
+static void pack_trie(struct grammar_trie *t, const struct pretrie *p)
 {
-    int n = v->n_nodes;
-    uint8_t *u8 = xmalloc((size_t)n);
-    int32_t *starts = v->tn_starts = xmalloc(sizeof(int32_t) * (size_t)n);
+    _Static_assert(sizeof(struct grammar_tnode) == 32, "trie node is not 32 bytes");
+    int n = p->n;
+    int32_t *starts = xmalloc(sizeof(int32_t) * (size_t)n);     /* characters on the path */
     int32_t *max_starts = xmalloc(sizeof(int32_t) * (size_t)n); /* most in the subtree */
-    uint8_t *bad = xcalloc((size_t)n, 1); /* some node strictly below is ill-formed */
-    v->tn_run = xmalloc(sizeof(int32_t) * (size_t)n);
-    v->tn_sub_ascii = xcalloc((size_t)n, sizeof(*v->tn_sub_ascii));
-    v->tn_sub_mb = xcalloc((size_t)n, 1);
-    u8[0] = U8_BOUNDARY;
+    uint8_t *wf = xmalloc((size_t)n);
+    uint64_t(*sub_ascii)[2] = xcalloc((size_t)n, sizeof(*sub_ascii));
+    uint8_t *sub_mb = xcalloc((size_t)n, 1);
     starts[0] = 0;
-    for (int i = 1; i < n; i++) { /* preorder: the parent comes first */
-        int32_t par = v->tn_parent[i];
-        unsigned b = v->tn_byte[i];
-        u8[i] = u8_next(u8[par], b);
-        starts[i] = starts[par] + ((b & 0xC0) != 0x80);
-    }
-    for (int i = 0; i < n; i++)
+    for (int i = 1; i < n; i++) /* preorder: the parent comes first */
+        starts[i] = starts[p->parent[i]] + ((p->byte[i] & 0xC0) != 0x80);
+    for (int i = 0; i < n; i++) {
         max_starts[i] = starts[i];
-    for (int i = n - 1; i > 0; i--) { /* children before their parent */
-        int32_t par = v->tn_parent[i];
-        unsigned b = v->tn_byte[i];
-        if (max_starts[i] > max_starts[par]) max_starts[par] = max_starts[i];
-        bad[par] |= bad[i] | (u8[i] == U8_INVALID);
-        v->tn_sub_ascii[par][0] |= v->tn_sub_ascii[i][0];
-        v->tn_sub_ascii[par][1] |= v->tn_sub_ascii[i][1];
-        if (b < 0x80) v->tn_sub_ascii[par][b >> 6] |= 1ull << (b & 63);
-        v->tn_sub_mb[par] |= v->tn_sub_mb[i] | (b >= 0x80);
+        wf[i] = (uint8_t)((1u << GRAMMAR_U8_STATES) - 1); /* nothing below yet */
     }
+    for (int i = n - 1; i > 0; i--) { /* children before their parent */
+        int32_t par = p->parent[i];
+        unsigned b = p->byte[i];
+        if (max_starts[i] > max_starts[par]) max_starts[par] = max_starts[i];
+        /* Decoding from state u at the parent stays well-formed through
+         * this child's subtree iff its byte is allowed in u and the
+         * subtree is well-formed from the state that byte leads to. */
+        uint8_t ok = 0;
+        for (unsigned u = 0; u < GRAMMAR_U8_STATES; u++) {
+            uint8_t nx = u8_next((uint8_t)u, b);
+            if (nx != U8_INVALID && (wf[i] >> nx & 1)) ok |= (uint8_t)(1u << u);
+        }
+        wf[par] &= ok;
+        sub_ascii[par][0] |= sub_ascii[i][0];
+        sub_ascii[par][1] |= sub_ascii[i][1];
+        if (b < 0x80) sub_ascii[par][b >> 6] |= 1ull << (b & 63);
+        sub_mb[par] |= sub_mb[i] | (b >= 0x80);
+    }
+    t->ord_starts = xmalloc(sizeof(int32_t) * (size_t)(t->n_order ? t->n_order : 1));
     for (int i = 0; i < n; i++)
-        v->tn_run[i] = u8[i] == U8_BOUNDARY && !bad[i] ? max_starts[i] - starts[i] : -1;
-    v->ord_starts = xmalloc(sizeof(int32_t) * (size_t)(v->n_order ? v->n_order : 1));
-    for (int i = 0; i < n; i++)
-        for (int k = v->tn_first[i]; k < v->tn_first[i] + v->tn_ntok[i]; k++)
-            v->ord_starts[k] = starts[i];
-    free(u8);
+        for (int k = p->first[i]; k < p->first[i] + p->ntok[i]; k++)
+            t->ord_starts[k] = starts[i];
+
+    int32_t *id = xmalloc(sizeof(int32_t) * (size_t)n); /* preorder node -> packed node */
+    t->tn = xcalloc((size_t)n, sizeof(*t->tn));
+    t->n_nodes = n;
+    id[0] = 0;
+    int next = 1;
+    for (int i = 0; i < n; i++) {
+        struct grammar_tnode *nd = &t->tn[id[i]];
+        int kids = next;
+        for (int c = i + 1; c < p->end[i]; c = p->end[c])
+            id[c] = next++;
+        CHECK(next - kids <= 256);
+        nd->kids = next > kids ? kids : 0;
+        nd->n_kids = (uint16_t)(next - kids);
+        nd->first = p->first[i];
+        nd->sub_ascii[0] = sub_ascii[i][0];
+        nd->sub_ascii[1] = sub_ascii[i][1];
+        nd->chars = (uint16_t)MIN(max_starts[i] - starts[i], UINT16_MAX);
+        nd->byte = p->byte[i];
+        nd->wf = wf[i];
+        nd->sub_mb = sub_mb[i];
+        nd->n_here = (uint8_t)MIN(p->ntok[i], UINT8_MAX);
+    }
+    CHECK(next == n);
+    free(id);
+    free(starts);
     free(max_starts);
-    free(bad);
+    free(wf);
+    free(sub_ascii);
+    free(sub_mb);
+}
+
+/* Builds trie t over its tokens t->order (sorted by bytes); grows
+ * v->max_depth to the longest. */
+static void build_trie(struct grammar_trie *t, struct grammar_vocab *v)
+{
+    /* Nodes: at most one per token byte, plus the root. */
+    size_t cap = 1;
+    for (int k = 0; k < t->n_order; k++)
+        cap += v->off[t->order[k] + 1] - v->off[t->order[k]];
+    struct pretrie p = {
+        .parent = xmalloc(sizeof(int32_t) * cap),
+        .byte = xmalloc(cap),
+        .end = xmalloc(sizeof(int32_t) * cap),
+        .first = xmalloc(sizeof(int32_t) * cap),
+        .last = xmalloc(sizeof(int32_t) * cap),
+        .ntok = xcalloc(cap, sizeof(int32_t)),
+    };
+    p.parent[0] = -1;
+    p.byte[0] = 0;
+    p.first[0] = 0;
+    int n = 1;
+    int32_t *path = xmalloc(sizeof(int32_t) * (cap + 1)); /* node at each depth of the path */
+    path[0] = 0;
+    const char *prev = NULL;
+    uint64_t prev_len = 0;
+    for (int k = 0; k < t->n_order; k++) {
+        int32_t id = t->order[k];
+        const char *s = v->bytes + v->off[id];
+        uint64_t len = v->off[id + 1] - v->off[id];
+        uint64_t common = 0;
+        while (prev && common < len && common < prev_len && s[common] == prev[common])
+            common++;
+        for (uint64_t d = common + 1; d <= len; d++) {
+            p.parent[n] = path[d - 1];
+            p.byte[n] = (uint8_t)s[d - 1];
+            p.first[n] = k;
+            path[d] = n++;
+        }
+        p.ntok[path[len]]++;
+        if ((int)len > v->max_depth) v->max_depth = (int)len;
+        prev = s;
+        prev_len = len;
+    }
+    free(path);
+    p.n = n;
+    for (int i = 0; i < n; i++) {
+        p.end[i] = i + 1;
+        p.last[i] = p.first[i] + p.ntok[i];
+    }
+    p.last[0] = t->n_order;
+    for (int i = n - 1; i > 0; i--) {
+        int32_t par = p.parent[i];
+        if (p.end[i] > p.end[par]) p.end[par] = p.end[i];
+        if (p.last[i] > p.last[par]) p.last[par] = p.last[i];
+    }
+    pack_trie(t, &p);
+    free(p.parent);
+    free(p.byte);
+    free(p.end);
+    free(p.first);
+    free(p.last);
+    free(p.ntok);
 }
 
 struct grammar_vocab *grammar__vocab_build(int n_vocab, char *bytes, uint64_t *off, uint8_t *cls,
@@ -159,66 +262,22 @@ struct grammar_vocab *grammar__vocab_build(int n_vocab, char *bytes, uint64_t *o
         for (int k = 0; k < n_eog; k++)
             if (eog[k] == i) cls[i] = GRAMMAR_TOKEN_CONTROL;
     }
-    v->order = xmalloc(sizeof(int32_t) * (size_t)n_vocab);
+    struct grammar_trie *t = &v->trie;
+    t->order = xmalloc(sizeof(int32_t) * (size_t)n_vocab);
     for (int i = 0; i < n_vocab; i++)
-        if (cls[i] == GRAMMAR_TOKEN_NORMAL) v->order[v->n_order++] = i;
+        if (cls[i] == GRAMMAR_TOKEN_NORMAL) t->order[t->n_order++] = i;
     pthread_mutex_lock(&sort_mu);
     sort_vocab = v;
-    qsort(v->order, (size_t)v->n_order, sizeof(int32_t), cmp_tok);
+    qsort(t->order, (size_t)t->n_order, sizeof(int32_t), cmp_tok);
     pthread_mutex_unlock(&sort_mu);
 
-    /* Nodes: at most one per token byte, plus the root. */
-    size_t cap = 1;
-    for (int k = 0; k < v->n_order; k++)
-        cap += off[v->order[k] + 1] - off[v->order[k]];
-    v->tn_parent = xmalloc(sizeof(int32_t) * cap);
-    v->tn_byte = xmalloc(cap);
-    v->tn_depth = xmalloc(sizeof(int32_t) * cap);
-    v->tn_end = xmalloc(sizeof(int32_t) * cap);
-    v->tn_ntok = xcalloc(cap, sizeof(int32_t));
-    v->tn_first = xmalloc(sizeof(int32_t) * cap);
-    v->tn_last = xmalloc(sizeof(int32_t) * cap);
-    v->tn_parent[0] = -1;
-    v->tn_byte[0] = 0;
-    v->tn_depth[0] = 0;
-    v->tn_first[0] = 0;
-    int n = 1;
-    int32_t *path = xmalloc(sizeof(int32_t) * (cap + 1)); /* node at each depth of the path */
-    path[0] = 0;
-    const char *prev = NULL;
-    uint64_t prev_len = 0;
-    for (int k = 0; k < v->n_order; k++) {
-        int32_t t = v->order[k];
-        const char *s = bytes + off[t];
-        uint64_t len = off[t + 1] - off[t];
-        uint64_t common = 0;
-        while (prev && common < len && common < prev_len && s[common] == prev[common])
-            common++;
-        for (uint64_t d = common + 1; d <= len; d++) {
-            v->tn_parent[n] = path[d - 1];
-            v->tn_byte[n] = (uint8_t)s[d - 1];
-            v->tn_depth[n] = (int32_t)d;
-            v->tn_first[n] = k;
-            path[d] = n++;
-        }
-        v->tn_ntok[path[len]]++;
-        if ((int)len > v->max_depth) v->max_depth = (int)len;
-        prev = s;
-        prev_len = len;
-    }
-    free(path);
-    v->n_nodes = n;
-    for (int i = 0; i < n; i++) {
-        v->tn_end[i] = i + 1;
-        v->tn_last[i] = v->tn_first[i] + v->tn_ntok[i];
-    }
-    v->tn_last[0] = v->n_order;
-    for (int i = n - 1; i > 0; i--) {
-        int32_t par = v->tn_parent[i];
-        if (v->tn_end[i] > v->tn_end[par]) v->tn_end[par] = v->tn_end[i];
-        if (v->tn_last[i] > v->tn_last[par]) v->tn_last[par] = v->tn_last[i];
-    }
-    build_runs(v);
+    build_trie(&v->trie, v);
+    /* The long tokens, in the same (sorted) order. */
+    struct grammar_trie *lt = &v->long_trie;
+    lt->order = xmalloc(sizeof(int32_t) * (size_t)(v->trie.n_order ? v->trie.n_order : 1));
+    for (int k = 0; k < v->trie.n_order; k++)
+        if (v->trie.ord_starts[k] >= GRAMMAR_REP_CAP) lt->order[lt->n_order++] = v->trie.order[k];
+    build_trie(lt, v);
     return v;
 }
 
@@ -245,19 +304,12 @@ void grammar_vocab_free(struct grammar_vocab *v)
     free(v->off);
     free(v->cls);
     free(v->eog);
-    free(v->order);
-    free(v->tn_parent);
-    free(v->tn_byte);
-    free(v->tn_depth);
-    free(v->tn_end);
-    free(v->tn_ntok);
-    free(v->tn_first);
-    free(v->tn_last);
-    free(v->tn_run);
-    free(v->tn_sub_ascii);
-    free(v->tn_sub_mb);
-    free(v->tn_starts);
-    free(v->ord_starts);
+    free(v->trie.order);
+    free(v->trie.ord_starts);
+    free(v->trie.tn);
+    free(v->long_trie.order);
+    free(v->long_trie.ord_starts);
+    free(v->long_trie.tn);
     free(v);
 }
 

@@ -11,6 +11,7 @@
 #include "grammar/grammar.h"
 
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 static struct grammar *compile(enum grammar_kind k, const char *src)
@@ -593,6 +594,153 @@ TEST(masks_equal_brute_force)
     mask_vs_brute(GRAMMAR_REGEX, "[0-9]{4}-[0-9]{2}-[0-9]{2}(T[0-9]{2}:)?", 20, 20);
     mask_vs_brute(GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"^[\\u00e9a]{1,8}$\"}",
                   20, 20);
+}
+
+/* A larger vocabulary for the table shortcuts that need many tokens: runs
+ * over plain-text subtrees (also starting inside a character), runs of
+ * height 0, and bounded repetitions far from their end, whose tables share
+ * the short tokens' verdicts and decide tokens of GRAMMAR_REP_CAP or more
+ * characters on their own. Texts live in one arena; returns the vocabulary
+ * (EOS is the last token). */
+struct bigvocab {
+    char *text;         /* token texts, concatenated */
+    const char **bytes; /* (n) */
+    uint32_t *len;      /* (n) */
+    uint8_t *cls;       /* (n) */
+    int n;              /* tokens */
+};
+
+static void bv_add(struct bigvocab *bv, size_t *used, const char *s, size_t n)
+{
+    memcpy(bv->text + *used, s, n);
+    bv->bytes[bv->n] = bv->text + *used;
+    bv->len[bv->n] = (uint32_t)n;
+    bv->cls[bv->n++] = GRAMMAR_TOKEN_NORMAL;
+    *used += n;
+}
+
+static struct grammar_vocab *big_vocab(struct bigvocab *bv)
+{
+    enum { CAP = 2400 };
+    bv->text = malloc(CAP * 64);
+    bv->bytes = malloc(sizeof(char *) * CAP);
+    bv->len = malloc(sizeof(uint32_t) * CAP);
+    bv->cls = malloc(CAP);
+    bv->n = 0;
+    size_t used = 0;
+    for (int c = 0; c < 256; c++) {
+        char b = (char)c;
+        bv_add(bv, &used, &b, 1);
+    }
+    static const char *alpha = "abcdefghijklmnopqrstuvwxyzABCXYZ0123456789 -._";
+    static const char *cjk[] = {"\xe4\xb8\xad", "\xe6\x96\x87", "\xe5\xad\x97", "\xc3\xa9",
+                                "\xf0\x9f\x98\x80"};
+    static const char *tails[] = {"\"",      "\",", "\"}", "\"]", "\": \"", "\\n", "\\\"",
+                                  "\\u00e9", "\n",  "@",   ".",   ",",      "}",   "\t"};
+    char t[64];
+    while (bv->n < CAP - 2) {
+        int kind = (int)(rnd() % 8), n = 0;
+        int len = kind < 3   ? 1 + (int)(rnd() % 8)
+                  : kind < 5 ? 12 + (int)(rnd() % 28)
+                             : 1 + (int)(rnd() % 5);
+        if (kind == 5) { /* multi-byte characters, sometimes starting or ending inside one */
+            if (rnd() % 3 == 0) t[n++] = "\xb8\xad\x96"[rnd() % 3];
+            for (int k = 0; k < len && n < 40; k++) {
+                const char *c = cjk[rnd() % 5];
+                size_t cl = strlen(c);
+                if (rnd() % 6 == 0 && k + 1 == len) cl = 1 + rnd() % (unsigned)(cl - 1);
+                memcpy(t + n, c, cl);
+                n += (int)cl;
+            }
+        } else if (kind == 6) { /* whitespace and digit runs */
+            const char *set = rnd() % 2 ? " \n" : "0123456789";
+            for (int k = 0; k < 2 * len + 8; k++)
+                t[n++] = set[rnd() % strlen(set)];
+        } else {
+            for (int k = 0; k < len; k++)
+                t[n++] = alpha[rnd() % strlen(alpha)];
+        }
+        if (kind == 7 || rnd() % 5 == 0) {
+            const char *tl = tails[rnd() % ARRAY_LEN(tails)];
+            memcpy(t + n, tl, strlen(tl));
+            n += (int)strlen(tl);
+        }
+        bv_add(bv, &used, t, (size_t)n);
+    }
+    bv_add(bv, &used, "<|ctl|>", 7);
+    bv->cls[bv->n - 1] = GRAMMAR_TOKEN_CONTROL;
+    bv_add(bv, &used, "</s>", 4);
+    bv->cls[bv->n - 1] = GRAMMAR_TOKEN_CONTROL;
+    int32_t eos = bv->n - 1;
+    return grammar_vocab_new(bv->n, bv->bytes, bv->len, bv->cls, &eos, 1);
+}
+
+/* Every mask along random walks equals a byte walk of every token. */
+static void big_mask_vs_walk(const struct bigvocab *bv, const struct grammar_vocab *v,
+                             enum grammar_kind k, const char *src, int walks, int steps)
+{
+    struct grammar *g = compile(k, src);
+    EXPECT(g != NULL);
+    if (!g) return;
+    uint64_t *mask = malloc(sizeof(uint64_t) * (size_t)((bv->n + 63) / 64));
+    int *allowed = malloc(sizeof(int) * (size_t)bv->n);
+    for (int w = 0; w < walks; w++) {
+        struct grammar_matcher *m = grammar_matcher_new(g, v);
+        struct buf hist = {0};
+        for (int s = 0; s < steps; s++) {
+            int n_allowed = grammar_matcher_fill_mask(m, mask), n = 0, mismatches = 0;
+            for (int t = 0; t < bv->n; t++) {
+                bool bit = (mask[t >> 6] >> (t & 63)) & 1;
+                if (bit) allowed[n++] = t;
+                if (bit != grammar_matcher_allows(m, t) && mismatches++ < 3)
+                    fprintf(stderr, "  walk %d step %d: token %d '%.*s' mask %d\n", w, s, t,
+                            (int)bv->len[t], bv->bytes[t], (int)bit);
+            }
+            EXPECT_EQ_INT(mismatches, 0);
+            EXPECT_EQ_INT(n_allowed, n);
+            if (mismatches) {
+                fprintf(stderr, "  after: ");
+                fwrite(hist.data, 1, hist.len, stderr);
+                fprintf(stderr, "\n");
+            }
+            if (mismatches || n == 0) break;
+            int t = allowed[rnd() % (unsigned)n];
+            EXPECT(grammar_matcher_accept_token(m, t));
+            buf_append(&hist, bv->bytes[t], bv->len[t]);
+            if (grammar_matcher_is_terminated(m)) break;
+        }
+        buf_release(&hist);
+        grammar_matcher_free(m);
+    }
+    free(mask);
+    free(allowed);
+    grammar_unref(g);
+}
+
+TEST(masks_on_a_larger_vocabulary)
+{
+    struct bigvocab bv;
+    struct grammar_vocab *v = big_vocab(&bv);
+    big_mask_vs_walk(
+        &bv, v, GRAMMAR_JSON_SCHEMA,
+        "{\"type\":\"object\",\"properties\":{"
+        "\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":40},"
+        "\"bio\":{\"type\":\"string\",\"maxLength\":60},"
+        "\"mail\":{\"type\":\"string\",\"format\":\"email\"},"
+        "\"code\":{\"type\":\"string\",\"pattern\":\"^[a-z0-9 ]{0,30}$\"},"
+        "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":20},"
+        "\"maxItems\":3},"
+        "\"n\":{\"type\":\"integer\"},\"x\":{\"type\":\"number\"}},"
+        "\"required\":[\"name\",\"bio\",\"mail\",\"code\",\"tags\"],\"additionalProperties\":"
+        "false}",
+        12, 60);
+    big_mask_vs_walk(&bv, v, GRAMMAR_EBNF,
+                     "root ::= [^\"]{0,50} \"\\\"\" [a-z \\u4e00-\\u9fff]{3,45} [\\n]", 12, 30);
+    grammar_vocab_free(v);
+    free(bv.text);
+    free(bv.bytes);
+    free(bv.len);
+    free(bv.cls);
 }
 
 /* A stack deeper than the table key (GRAMMAR_CTX_DEPTH frames): a token
