@@ -200,7 +200,7 @@ int cmd_bench_engine(int argc, char **argv)
     cfg.kv_type = kvt;
     cfg.token_budget = (int)MAX(pp, max_batch);
     cfg.max_seqs = max_batch;
-    cfg.max_ctx = (int)MAX(pp + 2, MAX(depth, 16) + tg + 4);
+    cfg.max_ctx = (int)MAX(pp + 2, MAX(depth, 16) + MAX(tg, 32) + 4); /* batches run 32 steps */
     cfg.kv_blocks = max_batch * (cfg.max_ctx / 16 + 2) + (int)pp / 16 + 4;
     inferd_engine *e;
     if (inferd_engine_new(im, &cfg, &e, err, sizeof(err))) {
@@ -283,7 +283,10 @@ int cmd_bench_engine(int argc, char **argv)
         int prompt = depth > 0 ? (int)depth : k == 0 ? 1 : 16;
         double dt = time_decode(e, V, B, prompt, steps, &mean_ctx);
         double bw1 = peak_read_gbs(pool, probe, probe_bytes, 3);
-        if (dt <= 0) break;
+        if (dt <= 0) {
+            fprintf(stderr, "inferd: bench-engine: decode at batch %d could not run\n", B);
+            break;
+        }
         double bytes = w_bytes + B * mean_ctx * kv_per_pos;
         local_bw[n_figs] = MAX(bw0, bw1);
         if (k == 0)
