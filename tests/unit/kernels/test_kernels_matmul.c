@@ -441,6 +441,13 @@ TEST(packed_q8_0_every_batch_size)
 
 static const enum dtype kv_types[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
 
+/* Names a failing KV case on stderr; returns its failure count. */
+static int kv_failures(enum dtype kv, int d, int n, int bad)
+{
+    if (bad) fprintf(stderr, "  %s d=%d n=%d: %d failures\n", dtype_info(kv)->name, d, n, bad);
+    return bad;
+}
+
 TEST(kv_dot_and_accum)
 {
     struct rng r = {606};
@@ -509,10 +516,7 @@ TEST(kv_dot_and_accum)
                     kern_kv_accum(kv, K + (size_t)cut * stride, stride, n - cut, w + cut, d, a1);
                     bad += !same_bits(a0, a1, d);
                 }
-                if (bad)
-                    fprintf(stderr, "  %s d=%d n=%d: %d failures\n", dtype_info(kv)->name, d, n,
-                            bad);
-                EXPECT_EQ_INT(bad, 0);
+                EXPECT_EQ_INT(kv_failures(kv, d, n, bad), 0);
                 free(K);
                 free(tmp);
                 free(q);
@@ -545,13 +549,11 @@ TEST(kv_heads_equal_single_head_calls)
                 size_t stride = (size_t)d * es + 10;
                 int ldq = d + 3, ldw = n + 5, ldo = d + 1, lds = n + 2;
                 uint8_t *K = calloc((size_t)n, stride);
-                float *tmp = malloc(sizeof(float) * (size_t)d);
-                float *q = malloc(sizeof(float) * (size_t)ldq * H);
-                float *w = malloc(sizeof(float) * (size_t)ldw * H);
-                float *s0 = malloc(sizeof(float) * (size_t)lds * H);
-                float *s1 = malloc(sizeof(float) * (size_t)lds * H);
-                float *a0 = malloc(sizeof(float) * (size_t)ldo * H);
-                float *a1 = malloc(sizeof(float) * (size_t)ldo * H);
+                /* one allocation, cut into tmp, q, w, s0, s1, a0, a1 */
+                float *all =
+                    malloc(sizeof(float) * (size_t)(d + (ldq + ldw + 2 * lds + 2 * ldo) * H));
+                float *tmp = all, *q = tmp + d, *w = q + ldq * H, *s0 = w + ldw * H;
+                float *s1 = s0 + lds * H, *a0 = s1 + lds * H, *a1 = a0 + ldo * H;
                 for (int j = 0; j < n; j++) {
                     fill_normal(&r, tmp, d, 1.0f);
                     kern_kv_store(kv, tmp, K + (size_t)j * stride, d);
@@ -581,18 +583,9 @@ TEST(kv_heads_equal_single_head_calls)
                         bad += !same_bits(a0, a1, ldo * H);
                     }
                 }
-                if (bad)
-                    fprintf(stderr, "  %s d=%d n=%d: %d failures\n", dtype_info(kv)->name, d, n,
-                            bad);
-                EXPECT_EQ_INT(bad, 0);
+                EXPECT_EQ_INT(kv_failures(kv, d, n, bad), 0);
                 free(K);
-                free(tmp);
-                free(q);
-                free(w);
-                free(s0);
-                free(s1);
-                free(a0);
-                free(a1);
+                free(all);
             }
     }
     kern_set_isa(kern_isa_max());
