@@ -329,13 +329,12 @@ static double attention_once(const uint16_t *K, const uint16_t *V, int n, const 
     double t0 = cpu_s();
     for (int p0 = 0; p0 < n; p0 += 16) {
         int rows = n - p0 < 16 ? n - p0 : 16;
-        const char *kb = (const char *)K + (size_t)p0 * stride;
+        const char *kb = (const char *)K + (size_t)p0 * stride; /* a 16-position K panel */
         if (grouped)
-            kern_kv_dot_heads(DTYPE_F16, kb, stride, rows, q, d, H, d, sc + p0, n);
+            kern_kv_dot_heads(DTYPE_F16, kb, 16, rows, q, d, H, d, sc + p0, n);
         else
             for (int h = 0; h < H; h++)
-                kern_kv_dot(DTYPE_F16, kb, stride, rows, q + (size_t)h * d, d,
-                            sc + (size_t)h * n + p0);
+                kern_kv_dot(DTYPE_F16, kb, 16, rows, q + (size_t)h * d, d, sc + (size_t)h * n + p0);
     }
     for (int h = 0; h < H; h++)
         for (int j = 0; j < n; j++)
@@ -363,7 +362,7 @@ static void bench_attention(double p_fma, int trials)
     for (int j = 0; j < n; j++) {
         for (int e = 0; e < d; e++)
             row[e] = (float)((j * 31 + e * 7) % 97) / 97.0f - 0.5f;
-        kern_kv_store(DTYPE_F16, row, K + (size_t)j * d, d);
+        kern_kv_store_col(DTYPE_F16, row, K + (size_t)(j / 16) * 16 * d, 16, j % 16, d);
         kern_kv_store(DTYPE_F16, row, V + (size_t)j * d, d);
     }
     for (int i = 0; i < H * d; i++)

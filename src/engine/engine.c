@@ -80,9 +80,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-/* Bumped whenever a kernel change alters the bits of K/V: block ids of
- * engines with different numerics never match. */
-#define ENGINE_NUMERICS_VERSION "inferd-kv-numerics-1"
+/* Bumped whenever a kernel change alters the bits of K/V or their layout in
+ * a block: block ids (and exported frames) of engines with different numerics
+ * never match. 2: keys kept as K panels (by dimension within a block). */
+#define ENGINE_NUMERICS_VERSION "inferd-kv-numerics-2"
 
 struct inferd_model {
     struct model *m; /* loaded weights */

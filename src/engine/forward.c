@@ -287,19 +287,19 @@ static void attend(struct fwd_ctx *c, int layer, int t, int h0, int nh, float *s
 
     /* A group's rows of a block are a few KiB, and consecutive blocks lie a
      * whole block (every layer's K and V) apart: too short a run for the
-     * hardware prefetchers. So the K rows two blocks ahead are fetched while
-     * this block's are used, and each block's V rows go towards L2 during
+     * hardware prefetchers. So the K panel two blocks ahead is fetched while
+     * this block's is used, and each block's V rows go towards L2 during
      * the score pass, ready for the weighted sum. */
     const int n_blocks = (n_ctx + bt - 1) / bt;
     for (int p0 = 0, bi = 0; p0 < n_ctx; p0 += bt, bi++) {
         int rows = MIN(bt, n_ctx - p0);
         if (bi + 2 < n_blocks)
             prefetch_rows((const uint8_t *)kv_pool_k(kv, s->blocks[bi + 2], layer) + head_off,
-                          (size_t)MIN(bt, n_ctx - p0 - 2 * bt) * row, 3);
+                          (size_t)bt * row, 3);
         prefetch_rows((const uint8_t *)kv_pool_v(kv, s->blocks[bi], layer) + head_off,
                       (size_t)rows * row, 2);
         const uint8_t *kb = (const uint8_t *)kv_pool_k(kv, s->blocks[bi], layer) + head_off;
-        kern_kv_dot_heads(kv->cfg.dtype, kb, row, rows, q, hd, nh, hd, scores + p0, lds);
+        kern_kv_dot_heads(kv->cfg.dtype, kb, bt, rows, q, hd, nh, hd, scores + p0, lds);
     }
     for (int h = 0; h < nh; h++)
         kern_softmax(scores + (size_t)h * lds, n_ctx, scale);
@@ -337,8 +337,9 @@ static void qkv_post(struct fwd_ctx *c, const struct model_layer *L, int layer, 
     const int32_t blk = s->blocks[pos / bt];
     const size_t elt = dtype_info(kv->cfg.dtype)->type_size;
     for (int h = 0; h < hp->n_head_kv; h++) {
+        uint8_t *kt = (uint8_t *)kv_pool_k(kv, blk, layer) + (size_t)h * bt * hd * elt;
         size_t off = ((size_t)h * bt + (size_t)(pos % bt)) * hd * elt;
-        kern_kv_store(kv->cfg.dtype, k + h * hd, (uint8_t *)kv_pool_k(kv, blk, layer) + off, hd);
+        kern_kv_store_col(kv->cfg.dtype, k + h * hd, kt, bt, pos % bt, hd);
         kern_kv_store(kv->cfg.dtype, v + h * hd, (uint8_t *)kv_pool_v(kv, blk, layer) + off, hd);
     }
 }

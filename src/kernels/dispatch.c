@@ -144,13 +144,13 @@ void kern_matmul_packed(enum dtype wt, const void *P, int rows, int k, int r0, i
     ops()->matmul_packed(wt, P, rows, k, r0, r1, xq, x_row_bytes, xs, xs_row_bytes, n_tok, y, ldy);
 }
 
-void kern_kv_dot(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q, int d,
+void kern_kv_dot(enum dtype kv, const void *kt, int ld, int n_rows, const float *q, int d,
                  float *out)
 {
     CHECK(kv == DTYPE_F32 || kv == DTYPE_F16 || kv == DTYPE_BF16);
-    CHECK(n_rows >= 0 && d >= 0);
+    CHECK(n_rows >= 0 && n_rows <= ld && d >= 0);
     if (n_rows == 0) return;
-    ops()->kv_dot(kv, k, stride, n_rows, q, d, out);
+    ops()->kv_dot(kv, kt, ld, n_rows, q, d, out);
 }
 
 void kern_kv_accum(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w, int d,
@@ -162,18 +162,18 @@ void kern_kv_accum(enum dtype kv, const void *v, size_t stride, int n_rows, cons
     ops()->kv_accum(kv, v, stride, n_rows, w, d, out);
 }
 
-void kern_kv_dot_heads(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q,
-                       int ldq, int n_heads, int d, float *out, int ldo)
+void kern_kv_dot_heads(enum dtype kv, const void *kt, int ld, int n_rows, const float *q, int ldq,
+                       int n_heads, int d, float *out, int ldo)
 {
     CHECK(kv == DTYPE_F32 || kv == DTYPE_F16 || kv == DTYPE_BF16);
-    CHECK(n_rows >= 0 && d >= 0 && n_heads >= 0);
+    CHECK(n_rows >= 0 && n_rows <= ld && d >= 0 && n_heads >= 0);
     if (n_rows == 0 || n_heads == 0) return;
     if (ops()->kv_dot_heads) {
-        ops()->kv_dot_heads(kv, k, stride, n_rows, q, ldq, n_heads, d, out, ldo);
+        ops()->kv_dot_heads(kv, kt, ld, n_rows, q, ldq, n_heads, d, out, ldo);
         return;
     }
     for (int h = 0; h < n_heads; h++)
-        ops()->kv_dot(kv, k, stride, n_rows, q + (size_t)h * ldq, d, out + (size_t)h * ldo);
+        ops()->kv_dot(kv, kt, ld, n_rows, q + (size_t)h * ldq, d, out + (size_t)h * ldo);
 }
 
 void kern_kv_accum_heads(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w,
@@ -195,6 +195,22 @@ void kern_kv_store(enum dtype kv, const float *x, void *y, int n)
     CHECK(kv == DTYPE_F32 || kv == DTYPE_F16 || kv == DTYPE_BF16);
     CHECK(n >= 0);
     ops()->kv_store(kv, x, y, n);
+}
+
+void kern_kv_store_col(enum dtype kv, const float *x, void *kt, int ld, int j, int n)
+{
+    CHECK(kv == DTYPE_F32 || kv == DTYPE_F16 || kv == DTYPE_BF16);
+    CHECK(n >= 0 && j >= 0 && j < ld);
+    /* converted as a row (the same bits), then spread down the column */
+    const size_t es = kv == DTYPE_F32 ? 4 : 2;
+    uint8_t conv[64 * 4];
+    for (int e0 = 0; e0 < n; e0 += 64) {
+        int m = n - e0 < 64 ? n - e0 : 64;
+        ops()->kv_store(kv, x + e0, conv, m);
+        uint8_t *col = (uint8_t *)kt + ((size_t)e0 * (size_t)ld + (size_t)j) * es;
+        for (int e = 0; e < m; e++)
+            memcpy(col + (size_t)e * (size_t)ld * es, conv + (size_t)e * es, es);
+    }
 }
 
 float kern_dot_f32(const float *a, const float *b, int n)

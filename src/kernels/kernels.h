@@ -19,7 +19,8 @@
  * tiling the kernel uses inside. Tiled micro-kernels must therefore accumulate
  * each element in exactly the same order and with the same instructions as
  * the single-row path. The same holds for kern_kv_dot and kern_kv_accum per
- * output element.
+ * output element (kern_kv_dot: whatever the row's column in the panel, the
+ * number of rows or heads in the call).
  *
  * Results differ between ISA levels only by reduction order (tests bound it).
  * Thread safety: all functions are pure over their arguments.
@@ -103,22 +104,33 @@ void kern_matmul_packed(enum dtype wt, const void *P, int rows, int k, int r0, i
                         const void *xq, size_t x_row_bytes, const void *xs, size_t xs_row_bytes,
                         int n_tok, float *y, int ldy);
 
-/* ---- attention over a KV cache row block (kv: f32, f16 or bf16) ---- */
-/* out[j] = dot(K row j, q) for j in [0, n_rows); K row j at (char *)k + j * stride. */
-void kern_kv_dot(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q, int d,
+/* ---- attention over a KV cache block (kv: f32, f16 or bf16) ----
+ *
+ * Keys are kept by dimension ("K panel"): within a block, the key of row j
+ * (a position) at dimension e is element e * ld + j, so the same dimension
+ * of consecutive rows is one vector and a dot product needs no horizontal
+ * reduction. Values stay row-major (row j's d elements contiguous), which is
+ * what the weighted sum wants.
+ *
+ * out[j] = dot(K row j, q) for j in [0, n_rows), n_rows <= ld; K row j is
+ * column j of the panel kt (element size of kv; ld elements a dimension). */
+void kern_kv_dot(enum dtype kv, const void *kt, int ld, int n_rows, const float *q, int d,
                  float *out);
 /* out[i] += w[j] * V[j][i] for j = 0, 1, ..., n_rows - 1 in that order. */
 void kern_kv_accum(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w, int d,
                    float *out);
-/* Several query heads over the same K rows (grouped-query attention):
+/* Several query heads over the same K panel (grouped-query attention):
  * out[h * ldo + j] = dot(K row j, q + h * ldq) for h in [0, n_heads), each
  * element bitwise what kern_kv_dot gives; K is read once for all heads. */
-void kern_kv_dot_heads(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q,
-                       int ldq, int n_heads, int d, float *out, int ldo);
+void kern_kv_dot_heads(enum dtype kv, const void *kt, int ld, int n_rows, const float *q, int ldq,
+                       int n_heads, int d, float *out, int ldo);
 /* out[h * ldo + i] += w[h * ldw + j] * V[j][i] for each head h, j in order:
  * each element bitwise what kern_kv_accum gives; V is read once. */
 void kern_kv_accum_heads(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w,
                          int ldw, int n_heads, int d, float *out, int ldo);
+/* Stores one key (n floats) as column j of a K panel of ld elements a
+ * dimension: element e goes to e * ld + j, converted as kern_kv_store. */
+void kern_kv_store_col(enum dtype kv, const float *x, void *kt, int ld, int j, int n);
 /* Stores n floats into the KV format. */
 void kern_kv_store(enum dtype kv, const float *x, void *y, int n);
 

@@ -515,38 +515,66 @@ static void matmul_avx2(enum dtype wt, const void *W, size_t w_row_bytes, int k,
 
 /* ================= KV cache and reductions ================= */
 
-AI void kv_dot_t(const int kv, const char *k, size_t stride, int n_rows, const float *q, int d,
+/* The K panel's four dimension chains (kernels_impl.h) for 8 rows at a time,
+ * 16 when two vectors' worth of rows are left. */
+AI void kv_dot_t(const int kv, const char *kt, int ld, int n_rows, const float *q, int d,
                  float *out)
 {
-    const size_t es = elem_size(kv);
-    for (int j = 0; j < n_rows; j++) {
-        const char *row = k + (size_t)j * stride;
-        __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    const size_t es = elem_size(kv), dim = (size_t)ld * es;
+    int j = 0;
+    for (; j + 16 <= n_rows; j += 16) {
+        __m256 c[2][4];
+        for (int r = 0; r < 4; r++)
+            c[0][r] = c[1][r] = _mm256_setzero_ps();
         int e = 0;
-        for (; e + 16 <= d; e += 16) {
-            lo = _mm256_fmadd_ps(ld8(kv, row + es * e), _mm256_loadu_ps(q + e), lo);
-            hi = _mm256_fmadd_ps(ld8(kv, row + es * (e + 8)), _mm256_loadu_ps(q + e + 8), hi);
+        for (; e + 4 <= d; e += 4)
+            for (int r = 0; r < 4; r++) {
+                const char *p = kt + (size_t)(e + r) * dim + (size_t)j * es;
+                __m256 qe = _mm256_broadcast_ss(q + e + r);
+                c[0][r] = _mm256_fmadd_ps(ld8(kv, p), qe, c[0][r]);
+                c[1][r] = _mm256_fmadd_ps(ld8(kv, p + 8 * es), qe, c[1][r]);
+            }
+        for (int r = 0; e < d; e++, r++) {
+            const char *p = kt + (size_t)e * dim + (size_t)j * es;
+            __m256 qe = _mm256_broadcast_ss(q + e);
+            c[0][r] = _mm256_fmadd_ps(ld8(kv, p), qe, c[0][r]);
+            c[1][r] = _mm256_fmadd_ps(ld8(kv, p + 8 * es), qe, c[1][r]);
         }
-        if (e < d) {
-            float kt[16], qt[16];
-            tail16(kv, row, e, d - e, kt);
-            tail16(DTYPE_F32, (const char *)q, e, d - e, qt);
-            lo = _mm256_fmadd_ps(_mm256_loadu_ps(kt), _mm256_loadu_ps(qt), lo);
-            hi = _mm256_fmadd_ps(_mm256_loadu_ps(kt + 8), _mm256_loadu_ps(qt + 8), hi);
+        for (int h = 0; h < 2; h++)
+            _mm256_storeu_ps(out + j + 8 * h, _mm256_add_ps(_mm256_add_ps(c[h][0], c[h][1]),
+                                                            _mm256_add_ps(c[h][2], c[h][3])));
+    }
+    for (; j < n_rows; j += 8) {
+        const int n = n_rows - j < 8 ? n_rows - j : 8;
+        __m256 c[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                       _mm256_setzero_ps()};
+        for (int e = 0; e < d; e++) {
+            const char *p = kt + (size_t)e * dim;
+            float kv8[16];
+            __m256 k;
+            if (n == 8) {
+                k = ld8(kv, p + (size_t)j * es);
+            } else {
+                tail16(kv, p, j, n, kv8);
+                k = _mm256_loadu_ps(kv8);
+            }
+            c[e % 4] = _mm256_fmadd_ps(k, _mm256_broadcast_ss(q + e), c[e % 4]);
         }
-        out[j] = hsum16(lo, hi);
+        float o[8];
+        _mm256_storeu_ps(o, _mm256_add_ps(_mm256_add_ps(c[0], c[1]), _mm256_add_ps(c[2], c[3])));
+        memcpy(out + j, o, sizeof(float) * (size_t)n);
     }
 }
 
-static void kv_dot_avx2(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q,
-                        int d, float *out)
+static void kv_dot_avx2(enum dtype kv, const void *kt, int ld, int n_rows, const float *q, int d,
+                        float *out)
 {
     if (kv == DTYPE_F32)
-        kv_dot_t(DTYPE_F32, k, stride, n_rows, q, d, out);
+        kv_dot_t(DTYPE_F32, kt, ld, n_rows, q, d, out);
     else if (kv == DTYPE_F16)
-        kv_dot_t(DTYPE_F16, k, stride, n_rows, q, d, out);
+        kv_dot_t(DTYPE_F16, kt, ld, n_rows, q, d, out);
     else
-        kv_dot_t(DTYPE_BF16, k, stride, n_rows, q, d, out);
+        kv_dot_t(DTYPE_BF16, kt, ld, n_rows, q, d, out);
 }
 
 AI void kv_accum_t(const int kv, const char *v, size_t stride, int n_rows, const float *w, int d,

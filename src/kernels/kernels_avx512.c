@@ -1524,78 +1524,6 @@ AI __m512 ldkv16(int kv, const char *row, int e)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* hsum16 of 16 vectors at once: lane r of the result = hsum16(v[r]), with
- * exactly hsum16's pairings (halves, then quarters, then pairs, then the
- * last two), so the bits are the same; the shuffles only move lanes. */
-AI __m512 hsum16x16(const __m512 v[16])
-{
-    __m512 s1[8], s2[4], s3[2];
-    for (int p = 0; p < 8; p++)
-        s1[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44),
-                              _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0xee));
-    for (int m = 0; m < 4; m++)
-        s2[m] = _mm512_add_ps(_mm512_shuffle_f32x4(s1[2 * m], s1[2 * m + 1], 0x88),
-                              _mm512_shuffle_f32x4(s1[2 * m], s1[2 * m + 1], 0xdd));
-    for (int n = 0; n < 2; n++)
-        s3[n] = _mm512_add_ps(_mm512_shuffle_ps(s2[2 * n], s2[2 * n + 1], 0x44),
-                              _mm512_shuffle_ps(s2[2 * n], s2[2 * n + 1], 0xee));
-    __m512 r =
-        _mm512_add_ps(_mm512_shuffle_ps(s3[0], s3[1], 0x88), _mm512_shuffle_ps(s3[0], s3[1], 0xdd));
-    /* lane 4j + k holds row j + 4k: SIGMA4, its own inverse */
-    return _mm512_permutexvar_ps(_mm512_loadu_si512(SIGMA4), r);
-}
-
-AI void kv_dot_t(const int kv, const char *k, size_t stride, int n_rows, const float *q, int d,
-                 float *out)
-{
-    int j = 0;
-    /* 16 rows (one default KV block) at a time: one reduction tree for all. */
-    for (; j + 16 <= n_rows; j += 16) {
-        __m512 acc[16];
-        for (int i = 0; i < 16; i++)
-            acc[i] = _mm512_setzero_ps();
-        for (int e = 0; e < d; e += 16) {
-            __mmask16 m = d - e >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - e)) - 1);
-            __m512 qv = _mm512_maskz_loadu_ps(m, q + e);
-            for (int i = 0; i < 16; i++)
-                acc[i] = _mm512_fmadd_ps(ldkv(kv, k + (size_t)(j + i) * stride, e, m), qv, acc[i]);
-        }
-        _mm512_storeu_ps(out + j, hsum16x16(acc));
-    }
-    for (; j + 4 <= n_rows; j += 4) {
-        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                         _mm512_setzero_ps()};
-        for (int e = 0; e < d; e += 16) {
-            __mmask16 m = d - e >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - e)) - 1);
-            __m512 qv = _mm512_maskz_loadu_ps(m, q + e);
-            for (int i = 0; i < 4; i++)
-                acc[i] = _mm512_fmadd_ps(ldkv(kv, k + (size_t)(j + i) * stride, e, m), qv, acc[i]);
-        }
-        for (int i = 0; i < 4; i++)
-            out[j + i] = hsum16(acc[i]);
-    }
-    for (; j < n_rows; j++) {
-        __m512 acc = _mm512_setzero_ps();
-        for (int e = 0; e < d; e += 16) {
-            __mmask16 m = d - e >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - e)) - 1);
-            acc = _mm512_fmadd_ps(ldkv(kv, k + (size_t)j * stride, e, m),
-                                  _mm512_maskz_loadu_ps(m, q + e), acc);
-        }
-        out[j] = hsum16(acc);
-    }
-}
-
-static void kv_dot_avx512(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q,
-                          int d, float *out)
-{
-    if (kv == DTYPE_F32)
-        kv_dot_t(DTYPE_F32, k, stride, n_rows, q, d, out);
-    else if (kv == DTYPE_F16)
-        kv_dot_t(DTYPE_F16, k, stride, n_rows, q, d, out);
-    else
-        kv_dot_t(DTYPE_BF16, k, stride, n_rows, q, d, out);
-}
-
 AI void kv_accum_t(const int kv, const char *v, size_t stride, int n_rows, const float *w, int d,
                    float *out)
 {
@@ -1629,179 +1557,218 @@ static void kv_accum_avx512(enum dtype kv, const void *v, size_t stride, int n_r
         kv_accum_t(DTYPE_BF16, v, stride, n_rows, w, d, out);
 }
 
-/* ---- grouped-query attention: several heads over one K/V row block ----
+/* ---- attention: K panels and grouped-query heads ----
  *
- * The heads of a KV group read the same rows; converting each f16/bf16 row
- * once for several heads (and sharing its loads) is what these save. Every
- * output element is computed with exactly kv_dot_t's / kv_accum_t's
- * instructions in their order - 16-lane chains over d, the hsum16x16 tree,
- * fma(w[j], v[j], out) in row order - so the bits equal one call per head.
- * Widths that are not a multiple of 16 take the per-head path. */
-#define KVH_DOT 8 /* heads sharing each K row's loads */
-#define KVH_ACC 4 /* heads x 4 vectors of outputs held in registers */
+ * kern_kv_dot over a K panel: rows sit in the 16 lanes, each dimension's
+ * vector of keys is converted once and multiplied by every head's q[e]
+ * (a broadcast), into four chains per head (kernels_impl.h); no lane
+ * reduction. Up to KVH_DOT heads share each load: 4 x 7 accumulators and the
+ * key vector fit the 32 registers. A single head is the same code with H = 1,
+ * so the grouped call gives every head exactly its single-head bits.
+ *
+ * The weighted sum over V rows (row-major) converts each row once for up to
+ * KVH_ACC heads; every output element is fma(w[j], v[j], out) in row order,
+ * as kv_accum_t, so the bits equal one call per head. */
+#define KVH_DOT 7 /* heads sharing each K panel vector's load */
+#define KVH_ACC 8 /* heads x 2 vectors of outputs held in registers */
 
-AI void kv_dot16_heads(const int kv, const char *k, size_t stride, const float *q, int ldq,
-                       const int H, const int nc, float *out, int ldo)
+/* One dimension e of a K panel into chain cr of every head. */
+#define KVT_STEP(cr, e)                                                                            \
+    do {                                                                                           \
+        __m512 k_ = m == 0xffff ? ldkv16(kv, kt + (size_t)(e)*dim, 0)                              \
+                                : ldkv(kv, kt + (size_t)(e)*dim, 0, m);                            \
+        _Pragma("GCC unroll 8") for (int h = 0; h < H; h++) cr[h] =                                \
+            _mm512_fmadd_ps(k_, _mm512_set1_ps(q[(size_t)h * ldq + (e)]), cr[h]);                  \
+    } while (0)
+
+/* Rows [0, 16) (lanes of mask m) of a K panel, H <= KVH_DOT heads. The head
+ * loops are unrolled before GCC decides where the arrays live, so the 4 x H
+ * accumulators stay in registers (not stored back on every dimension). */
+AI void kvt_dot16_heads(const int kv, const char *kt, size_t dim, __mmask16 m, const float *q,
+                        int ldq, const int H, int d, float *out, int ldo)
 {
-    __m512 part[KVH_DOT][16];
-    for (int i = 0; i < 16; i++) {
-        const char *row = k + (size_t)i * stride;
-        __m512 acc[KVH_DOT];
-        for (int h = 0; h < H; h++)
-            acc[h] = _mm512_setzero_ps();
-        for (int c = 0; c < nc; c++) {
-            __m512 kc = ldkv16(kv, row, 16 * c);
-            for (int h = 0; h < H; h++)
-                acc[h] = _mm512_fmadd_ps(kc, _mm512_loadu_ps(q + (size_t)h * ldq + 16 * c), acc[h]);
-        }
-        for (int h = 0; h < H; h++)
-            part[h][i] = acc[h];
+    __m512 c0[KVH_DOT], c1[KVH_DOT], c2[KVH_DOT], c3[KVH_DOT];
+    _Pragma("GCC unroll 8") for (int h = 0; h < H; h++) c0[h] = c1[h] = c2[h] = c3[h] =
+        _mm512_setzero_ps();
+    int e = 0;
+    for (; e + 4 <= d; e += 4) {
+        KVT_STEP(c0, e);
+        KVT_STEP(c1, e + 1);
+        KVT_STEP(c2, e + 2);
+        KVT_STEP(c3, e + 3);
     }
-    for (int h = 0; h < H; h++)
-        _mm512_storeu_ps(out + (size_t)h * ldo, hsum16x16(part[h]));
+    if (e < d) KVT_STEP(c0, e); /* d % 4 dimensions left: chains 0, 1, 2 */
+    if (e + 1 < d) KVT_STEP(c1, e + 1);
+    if (e + 2 < d) KVT_STEP(c2, e + 2);
+    _Pragma("GCC unroll 8") for (int h = 0; h < H; h++) _mm512_mask_storeu_ps(
+        out + (size_t)h * ldo, m,
+        _mm512_add_ps(_mm512_add_ps(c0[h], c1[h]), _mm512_add_ps(c2[h], c3[h])));
 }
 
-#define KVH_DOT_CASE(kvt, nc_)                                                                     \
+/* H (and a whole-vector mask) as constants, so each case keeps its
+ * accumulators in registers and loads whole vectors without masks */
+#define KVT_DOT_H(kvt, mask)                                                                       \
     switch (H) {                                                                                   \
     case 1:                                                                                        \
-        kv_dot16_heads(kvt, k, stride, q, ldq, 1, nc_, out, ldo);                                  \
+        kvt_dot16_heads(kvt, kt, dim, mask, q, ldq, 1, d, out, ldo);                               \
         break;                                                                                     \
     case 2:                                                                                        \
-        kv_dot16_heads(kvt, k, stride, q, ldq, 2, nc_, out, ldo);                                  \
+        kvt_dot16_heads(kvt, kt, dim, mask, q, ldq, 2, d, out, ldo);                               \
         break;                                                                                     \
     case 3:                                                                                        \
-        kv_dot16_heads(kvt, k, stride, q, ldq, 3, nc_, out, ldo);                                  \
+        kvt_dot16_heads(kvt, kt, dim, mask, q, ldq, 3, d, out, ldo);                               \
         break;                                                                                     \
     case 4:                                                                                        \
-        kv_dot16_heads(kvt, k, stride, q, ldq, 4, nc_, out, ldo);                                  \
+        kvt_dot16_heads(kvt, kt, dim, mask, q, ldq, 4, d, out, ldo);                               \
         break;                                                                                     \
     case 5:                                                                                        \
-        kv_dot16_heads(kvt, k, stride, q, ldq, 5, nc_, out, ldo);                                  \
+        kvt_dot16_heads(kvt, kt, dim, mask, q, ldq, 5, d, out, ldo);                               \
         break;                                                                                     \
     case 6:                                                                                        \
-        kv_dot16_heads(kvt, k, stride, q, ldq, 6, nc_, out, ldo);                                  \
-        break;                                                                                     \
-    case 7:                                                                                        \
-        kv_dot16_heads(kvt, k, stride, q, ldq, 7, nc_, out, ldo);                                  \
+        kvt_dot16_heads(kvt, kt, dim, mask, q, ldq, 6, d, out, ldo);                               \
         break;                                                                                     \
     default:                                                                                       \
-        kv_dot16_heads(kvt, k, stride, q, ldq, 8, nc_, out, ldo);                                  \
+        kvt_dot16_heads(kvt, kt, dim, mask, q, ldq, 7, d, out, ldo);                               \
         break;                                                                                     \
     }
 
-/* 16 rows, H <= KVH_DOT heads, d = 16 * nc. */
-static __attribute__((noinline)) void kv_dot16_f16(const char *k, size_t stride, const float *q,
-                                                   int ldq, int H, int nc, float *out, int ldo)
-{
-    if (nc == 4) {
-        KVH_DOT_CASE(DTYPE_F16, 4)
-    } else if (nc == 8) {
-        KVH_DOT_CASE(DTYPE_F16, 8)
-    } else {
-        KVH_DOT_CASE(DTYPE_F16, nc)
+#define KVT_DOT_CASE(kvt)                                                                          \
+    if (m == 0xffff) {                                                                             \
+        KVT_DOT_H(kvt, (__mmask16)0xffff)                                                          \
+    } else {                                                                                       \
+        KVT_DOT_H(kvt, m)                                                                          \
     }
+
+static __attribute__((noinline)) void kvt_dot16_f16(const char *kt, size_t dim, __mmask16 m,
+                                                    const float *q, int ldq, int H, int d,
+                                                    float *out, int ldo)
+{
+    KVT_DOT_CASE(DTYPE_F16)
 }
 
-static __attribute__((noinline)) void kv_dot16_any(int kv, const char *k, size_t stride,
-                                                   const float *q, int ldq, int H, int nc,
-                                                   float *out, int ldo)
+static __attribute__((noinline)) void kvt_dot16_any(int kv, const char *kt, size_t dim, __mmask16 m,
+                                                    const float *q, int ldq, int H, int d,
+                                                    float *out, int ldo)
 {
     if (kv == DTYPE_F32) {
-        KVH_DOT_CASE(DTYPE_F32, nc)
+        KVT_DOT_CASE(DTYPE_F32)
     } else {
-        KVH_DOT_CASE(DTYPE_BF16, nc)
+        KVT_DOT_CASE(DTYPE_BF16)
     }
 }
 
-static void kv_dot_heads_avx512(enum dtype kv, const void *k, size_t stride, int n_rows,
-                                const float *q, int ldq, int n_heads, int d, float *out, int ldo)
+static void kv_dot_heads_avx512(enum dtype kv, const void *kt, int ld, int n_rows, const float *q,
+                                int ldq, int n_heads, int d, float *out, int ldo)
 {
-    int j = 0;
-    if (d % 16 == 0 && d > 0) {
-        for (; j + 16 <= n_rows; j += 16)
-            for (int h0 = 0; h0 < n_heads; h0 += KVH_DOT) {
-                int H = n_heads - h0 < KVH_DOT ? n_heads - h0 : KVH_DOT;
-                const char *kj = (const char *)k + (size_t)j * stride;
-                const float *qh = q + (size_t)h0 * ldq;
-                float *oh = out + (size_t)h0 * ldo + j;
-                if (kv == DTYPE_F16)
-                    kv_dot16_f16(kj, stride, qh, ldq, H, d / 16, oh, ldo);
-                else
-                    kv_dot16_any(kv, kj, stride, qh, ldq, H, d / 16, oh, ldo);
-            }
+    const size_t es = kv == DTYPE_F32 ? 4 : 2, dim = (size_t)ld * es;
+    /* heads in near-equal groups of at most KVH_DOT (8 heads: 4 + 4, not 7 + 1) */
+    const int n_groups = (n_heads + KVH_DOT - 1) / KVH_DOT;
+    for (int g = 0; g < n_groups; g++) {
+        int h0 = g * n_heads / n_groups, H = (g + 1) * n_heads / n_groups - h0;
+        const float *qh = q + (size_t)h0 * ldq;
+        for (int j = 0; j < n_rows; j += 16) {
+            int left = n_rows - j;
+            __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            const char *kj = (const char *)kt + (size_t)j * es;
+            float *oh = out + (size_t)h0 * ldo + j;
+            if (kv == DTYPE_F16)
+                kvt_dot16_f16(kj, dim, m, qh, ldq, H, d, oh, ldo);
+            else
+                kvt_dot16_any(kv, kj, dim, m, qh, ldq, H, d, oh, ldo);
+        }
     }
-    if (j < n_rows)
-        for (int h = 0; h < n_heads; h++)
-            kv_dot_avx512(kv, (const char *)k + (size_t)j * stride, stride, n_rows - j,
-                          q + (size_t)h * ldq, d, out + (size_t)h * ldo + j);
 }
 
-/* Columns [e, e + 64) of H <= KVH_ACC heads over n_rows rows; `full`: all
- * 64 columns exist (no masks, so every accumulator stays in a register),
- * else the masks cover a last slice narrower than 64. */
-AI void kv_acc64_heads(const int kv, const char *v, size_t stride, int n_rows, const float *w,
-                       int ldw, const int H, int e, const int full, const __mmask16 m[4],
+static void kv_dot_avx512(enum dtype kv, const void *kt, int ld, int n_rows, const float *q, int d,
+                          float *out)
+{
+    kv_dot_heads_avx512(kv, kt, ld, n_rows, q, 0, 1, d, out, 0);
+}
+
+/* Columns [e, e + 32) of H <= KVH_ACC heads over n_rows rows; `full`: all
+ * 32 columns exist (no masks), else the masks cover a last slice narrower
+ * than 32. Each row is converted once for all H heads; 2 x H accumulators. */
+AI void kv_acc32_heads(const int kv, const char *v, size_t stride, int n_rows, const float *w,
+                       int ldw, const int H, int e, const int full, const __mmask16 m[2],
                        float *out, int ldo)
 {
-    __m512 o[KVH_ACC][4];
-    for (int h = 0; h < H; h++)
-        for (int c = 0; c < 4; c++)
-            o[h][c] = full ? _mm512_loadu_ps(out + (size_t)h * ldo + e + 16 * c)
-                           : _mm512_maskz_loadu_ps(m[c], out + (size_t)h * ldo + e + 16 * c);
+    __m512 o0[KVH_ACC], o1[KVH_ACC];
+    _Pragma("GCC unroll 8") for (int h = 0; h < H; h++)
+    {
+        float *oh = out + (size_t)h * ldo + e;
+        o0[h] = full ? _mm512_loadu_ps(oh) : _mm512_maskz_loadu_ps(m[0], oh);
+        o1[h] = full ? _mm512_loadu_ps(oh + 16) : _mm512_maskz_loadu_ps(m[1], oh + 16);
+    }
     for (int j = 0; j < n_rows; j++) {
         const char *row = v + (size_t)j * stride;
-        __m512 vc[4];
-        for (int c = 0; c < 4; c++)
-            vc[c] = full ? ldkv16(kv, row, e + 16 * c) : ldkv(kv, row, e + 16 * c, m[c]);
-        for (int h = 0; h < H; h++) {
+        __m512 v0 = full ? ldkv16(kv, row, e) : ldkv(kv, row, e, m[0]);
+        __m512 v1 = full ? ldkv16(kv, row, e + 16) : ldkv(kv, row, e + 16, m[1]);
+        /* a slice past d (mask 0) computes zeros that are never stored */
+        _Pragma("GCC unroll 8") for (int h = 0; h < H; h++)
+        {
             __m512 wj = _mm512_set1_ps(w[(size_t)h * ldw + j]);
-            /* a slice past d (mask 0) computes zeros that are never stored */
-            for (int c = 0; c < 4; c++)
-                o[h][c] = _mm512_fmadd_ps(wj, vc[c], o[h][c]);
+            o0[h] = _mm512_fmadd_ps(wj, v0, o0[h]);
+            o1[h] = _mm512_fmadd_ps(wj, v1, o1[h]);
         }
     }
-    for (int h = 0; h < H; h++)
-        for (int c = 0; c < 4; c++) {
-            if (full)
-                _mm512_storeu_ps(out + (size_t)h * ldo + e + 16 * c, o[h][c]);
-            else
-                _mm512_mask_storeu_ps(out + (size_t)h * ldo + e + 16 * c, m[c], o[h][c]);
+    _Pragma("GCC unroll 8") for (int h = 0; h < H; h++)
+    {
+        float *oh = out + (size_t)h * ldo + e;
+        if (full) {
+            _mm512_storeu_ps(oh, o0[h]);
+            _mm512_storeu_ps(oh + 16, o1[h]);
+        } else {
+            _mm512_mask_storeu_ps(oh, m[0], o0[h]);
+            _mm512_mask_storeu_ps(oh + 16, m[1], o1[h]);
         }
+    }
 }
 
 /* H and `full` as constants, so each case keeps its accumulators in registers */
 #define KVH_ACC_H(kvt, full)                                                                       \
     switch (H) {                                                                                   \
     case 1:                                                                                        \
-        kv_acc64_heads(kvt, v, stride, n_rows, w, ldw, 1, e, full, m, out, ldo);                   \
+        kv_acc32_heads(kvt, v, stride, n_rows, w, ldw, 1, e, full, m, out, ldo);                   \
         break;                                                                                     \
     case 2:                                                                                        \
-        kv_acc64_heads(kvt, v, stride, n_rows, w, ldw, 2, e, full, m, out, ldo);                   \
+        kv_acc32_heads(kvt, v, stride, n_rows, w, ldw, 2, e, full, m, out, ldo);                   \
         break;                                                                                     \
     case 3:                                                                                        \
-        kv_acc64_heads(kvt, v, stride, n_rows, w, ldw, 3, e, full, m, out, ldo);                   \
+        kv_acc32_heads(kvt, v, stride, n_rows, w, ldw, 3, e, full, m, out, ldo);                   \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        kv_acc32_heads(kvt, v, stride, n_rows, w, ldw, 4, e, full, m, out, ldo);                   \
+        break;                                                                                     \
+    case 5:                                                                                        \
+        kv_acc32_heads(kvt, v, stride, n_rows, w, ldw, 5, e, full, m, out, ldo);                   \
+        break;                                                                                     \
+    case 6:                                                                                        \
+        kv_acc32_heads(kvt, v, stride, n_rows, w, ldw, 6, e, full, m, out, ldo);                   \
+        break;                                                                                     \
+    case 7:                                                                                        \
+        kv_acc32_heads(kvt, v, stride, n_rows, w, ldw, 7, e, full, m, out, ldo);                   \
         break;                                                                                     \
     default:                                                                                       \
-        kv_acc64_heads(kvt, v, stride, n_rows, w, ldw, 4, e, full, m, out, ldo);                   \
+        kv_acc32_heads(kvt, v, stride, n_rows, w, ldw, 8, e, full, m, out, ldo);                   \
         break;                                                                                     \
     }
 #define KVH_ACC_CASE(kvt)                                                                          \
-    if (m[3] == 0xffff) {                                                                          \
+    if (m[1] == 0xffff) {                                                                          \
         KVH_ACC_H(kvt, 1)                                                                          \
     } else {                                                                                       \
         KVH_ACC_H(kvt, 0)                                                                          \
     }
 
-static __attribute__((noinline)) void kv_acc64_f16(const char *v, size_t stride, int n_rows,
+static __attribute__((noinline)) void kv_acc32_f16(const char *v, size_t stride, int n_rows,
                                                    const float *w, int ldw, int H, int e,
-                                                   const __mmask16 m[4], float *out, int ldo)
+                                                   const __mmask16 m[2], float *out, int ldo)
 {
     KVH_ACC_CASE(DTYPE_F16)
 }
 
-static __attribute__((noinline)) void kv_acc64_any(int kv, const char *v, size_t stride, int n_rows,
+static __attribute__((noinline)) void kv_acc32_any(int kv, const char *v, size_t stride, int n_rows,
                                                    const float *w, int ldw, int H, int e,
-                                                   const __mmask16 m[4], float *out, int ldo)
+                                                   const __mmask16 m[2], float *out, int ldo)
 {
     if (kv == DTYPE_F32) {
         KVH_ACC_CASE(DTYPE_F32)
@@ -1813,20 +1780,22 @@ static __attribute__((noinline)) void kv_acc64_any(int kv, const char *v, size_t
 static void kv_accum_heads_avx512(enum dtype kv, const void *v, size_t stride, int n_rows,
                                   const float *w, int ldw, int n_heads, int d, float *out, int ldo)
 {
-    for (int e = 0; e < d; e += 64) {
-        __mmask16 m[4];
-        for (int c = 0; c < 4; c++) {
+    /* heads in near-equal groups of at most KVH_ACC */
+    const int n_groups = (n_heads + KVH_ACC - 1) / KVH_ACC;
+    for (int e = 0; e < d; e += 32) {
+        __mmask16 m[2];
+        for (int c = 0; c < 2; c++) {
             int left = d - e - 16 * c;
             m[c] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
         }
-        for (int h0 = 0; h0 < n_heads; h0 += KVH_ACC) {
-            int H = n_heads - h0 < KVH_ACC ? n_heads - h0 : KVH_ACC;
+        for (int g = 0; g < n_groups; g++) {
+            int h0 = g * n_heads / n_groups, H = (g + 1) * n_heads / n_groups - h0;
             const float *wh = w + (size_t)h0 * ldw;
             float *oh = out + (size_t)h0 * ldo;
             if (kv == DTYPE_F16)
-                kv_acc64_f16(v, stride, n_rows, wh, ldw, H, e, m, oh, ldo);
+                kv_acc32_f16(v, stride, n_rows, wh, ldw, H, e, m, oh, ldo);
             else
-                kv_acc64_any(kv, v, stride, n_rows, wh, ldw, H, e, m, oh, ldo);
+                kv_acc32_any(kv, v, stride, n_rows, wh, ldw, H, e, m, oh, ldo);
         }
     }
 }

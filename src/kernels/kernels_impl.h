@@ -23,7 +23,11 @@
  *  - float weights (f32, f16, and bf16 below AVX-512; activations f32): 16
  *    lanes, lane l = fma(w[i], x[i], lane l) for i = l, l + 16, ... over k
  *    rounded up to 16 with zeros; then the fixed tree kern__tree16.
- *  - kern_kv_dot, kern_dot_f32, kern_sum_sq_f32: the same 16-lane scheme.
+ *  - kern_dot_f32, kern_sum_sq_f32: the same 16-lane scheme.
+ *  - kern_kv_dot (K panel): four chains over the dimensions, chain r taking
+ *    e = r, r + 4, r + 8, ... in order, c_r = fma(k[e], q[e], c_r) from +0;
+ *    then (c_0 + c_1) + (c_2 + c_3). Rows sit in vector lanes, so no lane
+ *    reduction is needed, and four chains per head keep the FMA units busy.
  *  - kern_kv_accum: out[i] = fma(w[j], v[j][i], out[i]) for j in order.
  *
  * The scalar level uses fmaf(), which is exact (correctly rounded) wherever
@@ -48,15 +52,15 @@ struct kern__ops {
     void (*matmul_packed)(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
                           const void *xq, size_t x_row_bytes, const void *xs, size_t xs_row_bytes,
                           int n_tok, float *y, int ldy);
-    /* kern_kv_dot, n_rows > 0 */
-    void (*kv_dot)(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q, int d,
+    /* kern_kv_dot, 0 < n_rows <= ld */
+    void (*kv_dot)(enum dtype kv, const void *kt, int ld, int n_rows, const float *q, int d,
                    float *out);
     /* kern_kv_accum, n_rows > 0, d > 0 */
     void (*kv_accum)(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w, int d,
                      float *out);
     /* kern_kv_dot_heads, n_rows > 0, n_heads > 0; NULL: one kv_dot per head */
-    void (*kv_dot_heads)(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q,
-                         int ldq, int n_heads, int d, float *out, int ldo);
+    void (*kv_dot_heads)(enum dtype kv, const void *kt, int ld, int n_rows, const float *q, int ldq,
+                         int n_heads, int d, float *out, int ldo);
     /* kern_kv_accum_heads, n_rows > 0, n_heads > 0, d > 0; NULL: one kv_accum per head */
     void (*kv_accum_heads)(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w,
                            int ldw, int n_heads, int d, float *out, int ldo);

@@ -639,12 +639,16 @@ static float kv_elem(enum dtype kv, const void *row, int i)
     }
 }
 
-static void kv_dot_ref(enum dtype kv, const void *k, size_t stride, int n_rows, const float *q,
-                       int d, float *out)
+static void kv_dot_ref(enum dtype kv, const void *kt, int ld, int n_rows, const float *q, int d,
+                       float *out)
 {
     CHECK(kv == DTYPE_F32 || kv == DTYPE_F16 || kv == DTYPE_BF16);
-    for (int j = 0; j < n_rows; j++)
-        out[j] = dot_float(kv, (const char *)k + (size_t)j * stride, q, d);
+    for (int j = 0; j < n_rows; j++) {
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int e = 0; e < d; e++)
+            c[e % 4] = fmaf(kv_elem(kv, kt, e * ld + j), q[e], c[e % 4]);
+        out[j] = (c[0] + c[1]) + (c[2] + c[3]);
+    }
 }
 
 static void kv_accum_ref(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w,

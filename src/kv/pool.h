@@ -6,11 +6,14 @@
  * Block layout (one block, bytes contiguous so a block exports as one span
  * per layer):
  *
- *   block b: [layer 0: K (n_kv_head, block_tokens, head_dim) | V (same)]
+ *   block b: [layer 0: K (n_kv_head, head_dim, block_tokens) |
+ *                     V (n_kv_head, block_tokens, head_dim)]
  *            [layer 1: K | V] ... [layer n_layer-1: K | V]
  *
- * so the keys of one head inside a block are a dense (block_tokens, head_dim)
- * matrix - what kern_kv_dot reads. Elements are f16 (default), bf16 or f32.
+ * so the keys of one head inside a block are a K panel - dimension-major,
+ * position e * block_tokens + j for dimension e of position j, what
+ * kern_kv_dot reads - and its values a dense (block_tokens, head_dim) matrix
+ * for kern_kv_accum. Elements are f16 (default), bf16 or f32.
  *
  * Blocks are refcounted: a sequence's table holds one reference per block.
  * A block whose count drops to zero returns to the free list - unless the
@@ -70,7 +73,8 @@ void kv_pool_unref(struct kv_pool *p, int32_t block);
 /* Blocks kv_pool_alloc can still hand out: free + evictable cached ones. */
 int kv_pool_n_available(const struct kv_pool *p);
 
-/* Keys / values of one layer of one block: (n_kv_head, block_tokens, head_dim). */
+/* Keys (n_kv_head, head_dim, block_tokens) and values (n_kv_head,
+ * block_tokens, head_dim) of one layer of one block. */
 static inline void *kv_pool_k(const struct kv_pool *p, int32_t block, int layer)
 {
     return p->data + (size_t)block * p->block_bytes + (size_t)layer * 2 * p->half_bytes;
