@@ -47,18 +47,23 @@ static int32_t rand_tok(int n_vocab)
     return (int32_t)(rng_next(&rng_state) % (uint64_t)n_vocab);
 }
 
-static int submit_random(inferd_engine *e, int n_vocab, int n_prompt, int max_tokens)
+/* Submits a request of n_prompt random tokens whose first n_shared come
+ * from a fixed stream (the same for every request: a shared prefix, which the
+ * prefix cache serves after the first); greedy, max_tokens as given. */
+static int submit_random(inferd_engine *e, int n_vocab, int n_prompt, int n_shared,
+                         int max_tokens, uint64_t *id)
 {
     int32_t *p = xmalloc(sizeof(int32_t) * (size_t)n_prompt);
+    uint64_t shared = 0x5eed;
     for (int i = 0; i < n_prompt; i++)
-        p[i] = rand_tok(n_vocab);
+        p[i] = i < n_shared ? (int32_t)(rng_next(&shared) % (uint64_t)n_vocab) : rand_tok(n_vocab);
     struct inferd_request r = {
         .prompt = p, .n_prompt = n_prompt, .max_tokens = max_tokens, .ignore_eos = true};
     inferd_sampling_default(&r.sampling);
     r.sampling.temperature = 0;
-    uint64_t id;
+    uint64_t own;
     char err[256];
-    int rc = inferd_submit(e, &r, &id, err, sizeof(err));
+    int rc = inferd_submit(e, &r, id ? id : &own, err, sizeof(err));
     if (rc) fprintf(stderr, "inferd: bench-engine: %s\n", err);
     free(p);
     return rc;
@@ -85,40 +90,67 @@ static double run_all(inferd_engine *e)
 /* Prefill of n tokens in one sequence: seconds for the prefill step(s). */
 static double time_prefill(inferd_engine *e, int n_vocab, int n)
 {
-    if (submit_random(e, n_vocab, n, 1)) return -1;
+    if (submit_random(e, n_vocab, n, 0, 1, NULL)) return -1;
     return run_all(e);
 }
 
-/* Decode at batch B: B sequences with short prompts; seconds per step over
- * `steps` decode steps, and the mean context length seen. */
-static double time_decode(inferd_engine *e, int n_vocab, int B, int prompt, int steps,
-                          double *mean_ctx)
+/* Drains the events, noting each of the B requests' generated count; returns
+ * how many produced their first token. */
+static int note_tokens(inferd_engine *e, const uint64_t *ids, int B, int *gen)
 {
+    struct inferd_event ev;
+    int first = 0;
+    while (inferd_poll(e, &ev))
+        for (int i = 0; i < B; i++)
+            if (ev.request == ids[i] && ev.token >= 0) {
+                first += gen[i] == 0;
+                gen[i] = ev.n_generated;
+            }
+    return first;
+}
+
+/* Decode at batch B: B sequences with prompts of `prompt` tokens (the first
+ * `shared` of them common to all); seconds per step over `steps` steps in
+ * which every one of the B sequences decodes, and the mean context length
+ * seen. The sequences are cancelled after the timed steps: the first ones
+ * started decoding while the others were still being prefilled, so they are
+ * given room to go on rather than a common length. */
+static double time_decode(inferd_engine *e, int n_vocab, int max_ctx, int B, int prompt, int shared,
+                          int steps, double *mean_ctx)
+{
+    uint64_t ids[1024];
+    int gen[1024] = {0}; /* tokens generated so far per sequence */
     for (int i = 0; i < B; i++)
-        if (submit_random(e, n_vocab, prompt, steps + 2)) return -1;
-    /* Prefill everything and take the first decode step untimed. */
-    /* Every sequence has its first token once B events came back. */
-    for (int seen = 0; seen < B;) {
+        if (submit_random(e, n_vocab, prompt, shared, max_ctx - prompt, &ids[i])) return -1;
+    /* Prefill everything (step until every sequence has its first token),
+     * then one decode step untimed. */
+    for (int n_started = 0; n_started < B;) {
         if (inferd_engine_step(e) <= 0) return -1;
-        seen += drain(e);
+        n_started += note_tokens(e, ids, B, gen);
     }
     inferd_engine_step(e);
-    drain(e);
+    note_tokens(e, ids, B, gen);
+    double ctx0 = 0;
+    for (int i = 0; i < B; i++)
+        ctx0 += prompt + gen[i];
     double t0 = time_now_s();
+    bool whole = true;
     for (int s = 0; s < steps; s++) {
-        inferd_engine_step(e);
+        whole &= inferd_engine_step(e) == B;
         drain(e);
     }
     double dt = time_now_s() - t0;
+    for (int i = 0; i < B; i++)
+        inferd_cancel(e, ids[i]);
     run_all(e);
-    *mean_ctx = prompt + 1 + steps / 2.0;
-    return dt / steps;
+    *mean_ctx = ctx0 / B + steps / 2.0;
+    return whole ? dt / steps : -1;
 }
 
 int cmd_bench_engine(int argc, char **argv)
 {
     const char *model_path = NULL;
-    long threads = 0, pp = 512, tg = 128, depth = 0;
+    long threads = 0, pp = 512, tg = 128, depth = 0, shared = 0;
     bool json = false;
     int batches[8] = {4, 16, 64}, n_batches = 3;
     enum inferd_kv_type kvt = INFERD_KV_F16;
@@ -128,10 +160,13 @@ int cmd_bench_engine(int argc, char **argv)
             fprintf(
                 stderr,
                 "usage: inferd bench-engine -m MODEL [--threads N] [--pp N] [--tg N]\n"
-                "                           [--batches 4,16,64] [--depth N] [--kv f16|bf16|f32]\n"
-                "                           [--json]\n"
-                "  --depth N   decode tests start from N-token contexts (attention over a\n"
-                "              served conversation's history; default: 1-16 tokens)\n");
+                "                           [--batches 4,16,64] [--depth N] [--shared-prefix N]\n"
+                "                           [--kv f16|bf16|f32] [--json]\n"
+                "  --depth N          decode tests start from N-token contexts (attention over\n"
+                "                     a served conversation's history; default: 1-16 tokens)\n"
+                "  --shared-prefix N  the first N tokens of those contexts are the same in\n"
+                "                     every sequence (a shared system prompt, held once by the\n"
+                "                     prefix cache); N <= depth\n");
             return 0;
         }
         if (!strcmp(a, "--json")) {
@@ -149,6 +184,8 @@ int cmd_bench_engine(int argc, char **argv)
             if (!arg_int(a, val, 2, 16384, &tg)) return 2;
         } else if (!strcmp(a, "--depth")) {
             if (!arg_int(a, val, 1, 131072, &depth)) return 2;
+        } else if (!strcmp(a, "--shared-prefix")) {
+            if (!arg_int(a, val, 0, 131072, &shared)) return 2;
         } else if (!strcmp(a, "--kv")) {
             if (!strcmp(val, "f32"))
                 kvt = INFERD_KV_F32;
@@ -175,6 +212,11 @@ int cmd_bench_engine(int argc, char **argv)
         fprintf(stderr, "inferd: bench-engine: -m MODEL is required\n");
         return 2;
     }
+    if (shared > depth) {
+        fprintf(stderr, "inferd: bench-engine: --shared-prefix %ld exceeds --depth %ld\n", shared,
+                depth);
+        return 2;
+    }
 
     char err[512];
     inferd_model *im;
@@ -198,9 +240,14 @@ int cmd_bench_engine(int argc, char **argv)
     inferd_engine_config_default(&cfg);
     cfg.n_threads = (int)threads;
     cfg.kv_type = kvt;
-    cfg.token_budget = (int)MAX(pp, max_batch);
+    /* Prompts in chunks that fill the step: the first sequences of a decode
+     * test decode while the others are prefilled, for about
+     * max_batch * depth / budget steps, which max_ctx leaves room for. */
+    cfg.token_budget = (int)MAX(pp, MAX(max_batch, 512));
+    cfg.prefill_step_ratio = -1;
     cfg.max_seqs = max_batch;
-    cfg.max_ctx = (int)MAX(pp + 2, MAX(depth, 16) + MAX(tg, 32) + 4); /* batches run 32 steps */
+    cfg.max_ctx = (int)MAX(pp + 2, MAX(depth, 16) + MAX(tg, 32) + 8 + /* batches run 32 steps */
+                                       max_batch * MAX(depth, 16) / cfg.token_budget);
     cfg.kv_blocks = max_batch * (cfg.max_ctx / 16 + 2) + (int)pp / 16 + 4;
     inferd_engine *e;
     if (inferd_engine_new(im, &cfg, &e, err, sizeof(err))) {
@@ -278,10 +325,11 @@ int cmd_bench_engine(int argc, char **argv)
     for (int k = 0; k <= n_batches; k++) {
         int B = bsz[k], steps = k == 0 ? (int)tg : 32;
         double mean_ctx;
-        if (k == 0) time_decode(e, V, 1, 1, 8, &mean_ctx); /* warm-up */
+        if (k == 0) time_decode(e, V, cfg.max_ctx, 1, 1, 0, 8, &mean_ctx); /* warm-up */
         double bw0 = peak_read_gbs(pool, probe, probe_bytes, 3);
         int prompt = depth > 0 ? (int)depth : k == 0 ? 1 : 16;
-        double dt = time_decode(e, V, B, prompt, steps, &mean_ctx);
+        double dt = time_decode(e, V, cfg.max_ctx, B, prompt, depth > 0 ? (int)shared : 0, steps,
+                                &mean_ctx);
         double bw1 = peak_read_gbs(pool, probe, probe_bytes, 3);
         if (dt <= 0) {
             fprintf(stderr, "inferd: bench-engine: decode at batch %d could not run\n", B);
@@ -291,6 +339,8 @@ int cmd_bench_engine(int argc, char **argv)
         local_bw[n_figs] = MAX(bw0, bw1);
         if (k == 0)
             snprintf(names[n_figs], sizeof(names[0]), depth ? "tg%ld@d%ld" : "tg%ld", tg, depth);
+        else if (shared)
+            snprintf(names[n_figs], sizeof(names[0]), "decode-b%d@d%ld/%ld", B, depth, shared);
         else
             snprintf(names[n_figs], sizeof(names[0]), depth ? "decode-b%d@d%ld" : "decode-b%d", B,
                      depth);
