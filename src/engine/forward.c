@@ -268,6 +268,8 @@ static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, const void *p
             __builtin_prefetch(p_ + o_, 0, (locality));                                            \
     } while (0)
 
+#define ATTEND_MAX_HEADS 64 /* query heads of one attend() call */
+
 /* Attention of token t for query heads [h0, h0 + nh) of one KV group, over
  * positions [0, pos] of its sequence. The group's heads read each K and V
  * block together (kern_kv_dot_heads), which gives every head the bits it
@@ -301,8 +303,11 @@ static void attend(struct fwd_ctx *c, int layer, int t, int h0, int nh, float *s
         const uint8_t *kb = (const uint8_t *)kv_pool_k(kv, s->blocks[bi], layer) + head_off;
         kern_kv_dot_heads(kv->cfg.dtype, kb, bt, rows, q, hd, nh, hd, scores + p0, lds);
     }
+    /* Unnormalized weights; each head's sum divides its output once. */
+    float total[ATTEND_MAX_HEADS];
+    CHECK(nh <= ATTEND_MAX_HEADS);
     for (int h = 0; h < nh; h++)
-        kern_softmax(scores + (size_t)h * lds, n_ctx, scale);
+        total[h] = kern_softmax_exp(scores + (size_t)h * lds, n_ctx, scale);
 
     float *out = c->h + (size_t)t * hp->n_head * hd + (size_t)h0 * hd;
     memset(out, 0, sizeof(float) * (size_t)hd * (size_t)nh);
@@ -310,6 +315,11 @@ static void attend(struct fwd_ctx *c, int layer, int t, int h0, int nh, float *s
         int rows = MIN(bt, n_ctx - p0);
         const uint8_t *vb = (const uint8_t *)kv_pool_v(kv, s->blocks[bi], layer) + head_off;
         kern_kv_accum_heads(kv->cfg.dtype, vb, row, rows, scores + p0, lds, nh, hd, out, hd);
+    }
+    for (int h = 0; h < nh; h++) {
+        const float inv = 1.0f / total[h];
+        for (int i = 0; i < hd; i++)
+            out[(size_t)h * hd + i] *= inv;
     }
 }
 
@@ -397,7 +407,8 @@ static void fwd_worker(void *arg, int ith, int nth)
         float *scores = c->scores + (size_t)ith * c->scores_ld * (size_t)G;
         _Atomic int *next = &c->op_next[op++];
         const int n_groups = T * hp->n_head_kv;
-        const int parts = n_groups >= 2 * nth ? 1 : MIN(G, (2 * nth + n_groups - 1) / n_groups);
+        const int parts = MAX(n_groups >= 2 * nth ? 1 : MIN(G, (2 * nth + n_groups - 1) / n_groups),
+                              (G + ATTEND_MAX_HEADS - 1) / ATTEND_MAX_HEADS);
         const int n_tasks = n_groups * parts, grab = MAX(1, n_tasks / (nth * 16));
         for (;;) {
             int a0 = atomic_fetch_add_explicit(next, grab, memory_order_relaxed);

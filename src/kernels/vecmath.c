@@ -45,36 +45,34 @@ void kern__silu_mul_ref(float *g, const float *u, int n)
         g[i] = g[i] / (1.0f + exp_ref(-g[i])) * u[i];
 }
 
-void kern__softmax_ref(float *x, int n, float scale)
+float kern__softmax_exp_ref(float *x, int n, float scale)
 {
-    /* 16 interleaved partial sums, like the AVX-512 lanes; the reference
+    /* scale > 0 and rounding are monotone: max(scale * x) = scale * max(x).
+     * 16 interleaved partial sums, like the AVX-512 lanes; the reference
      * keeps the same structure so tails are not special. */
     float mx = -INFINITY;
-    for (int i = 0; i < n; i++) {
-        x[i] *= scale;
+    for (int i = 0; i < n; i++)
         mx = x[i] > mx ? x[i] : mx;
-    }
+    mx *= scale;
     float part[16] = {0};
     for (int i = 0; i < n; i++) {
-        x[i] = exp_ref(x[i] - mx);
+        x[i] = exp_ref(x[i] * scale - mx);
         part[i % 16] += x[i];
     }
     float sum = 0;
     for (int i = 0; i < 16; i++)
         sum += part[i];
-    float inv = 1.0f / sum;
-    for (int i = 0; i < n; i++)
-        x[i] *= inv;
+    return sum;
 }
 
 /* One row per ISA level, indexed by kern_isa(). */
 static const struct {
     void (*silu_mul)(float *g, const float *u, int n);
-    void (*softmax)(float *x, int n, float scale);
+    float (*softmax_exp)(float *x, int n, float scale);
 } ops[KERN_ISA_COUNT] = {
-    [KERN_ISA_SCALAR] = {kern__silu_mul_ref, kern__softmax_ref},
-    [KERN_ISA_AVX2] = {kern__silu_mul_avx2, kern__softmax_avx2},
-    [KERN_ISA_AVX512] = {kern__silu_mul_avx512, kern__softmax_avx512},
+    [KERN_ISA_SCALAR] = {kern__silu_mul_ref, kern__softmax_exp_ref},
+    [KERN_ISA_AVX2] = {kern__silu_mul_avx2, kern__softmax_exp_avx2},
+    [KERN_ISA_AVX512] = {kern__silu_mul_avx512, kern__softmax_exp_avx512},
 };
 
 void kern_silu_mul(float *g, const float *u, int n)
@@ -82,7 +80,7 @@ void kern_silu_mul(float *g, const float *u, int n)
     ops[kern_isa()].silu_mul(g, u, n);
 }
 
-void kern_softmax(float *x, int n, float scale)
+float kern_softmax_exp(float *x, int n, float scale)
 {
-    ops[kern_isa()].softmax(x, n, scale);
+    return ops[kern_isa()].softmax_exp(x, n, scale);
 }

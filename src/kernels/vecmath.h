@@ -20,15 +20,18 @@
 /* g[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i] */
 void kern_silu_mul(float *g, const float *u, int n);
 
-/* x[i] = exp(scale * x[i] - max) / sum over x, in place. n >= 1. */
-void kern_softmax(float *x, int n, float scale);
+/* The weights of a softmax of scale * x, not yet normalized: x[i] becomes
+ * exp(scale * x[i] - max_j scale * x[j]); returns their sum (a fixed lane
+ * order per level), which the caller divides by once, after the weighted
+ * sum, instead of scaling every weight. scale > 0. */
+float kern_softmax_exp(float *x, int n, float scale);
 
 /* ISA bodies, selected by kern_isa(). */
 void kern__silu_mul_ref(float *g, const float *u, int n);
-void kern__softmax_ref(float *x, int n, float scale);
+float kern__softmax_exp_ref(float *x, int n, float scale);
 void kern__silu_mul_avx2(float *g, const float *u, int n);
-void kern__softmax_avx2(float *x, int n, float scale);
+float kern__softmax_exp_avx2(float *x, int n, float scale);
 void kern__silu_mul_avx512(float *g, const float *u, int n);
-void kern__softmax_avx512(float *x, int n, float scale);
+float kern__softmax_exp_avx512(float *x, int n, float scale);
 
 #endif

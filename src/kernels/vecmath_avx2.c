@@ -51,18 +51,16 @@ void kern__silu_mul_avx2(float *g, const float *u, int n)
     }
 }
 
-void kern__softmax_avx2(float *x, int n, float scale)
+float kern__softmax_exp_avx2(float *x, int n, float scale)
 {
     float mx = -INFINITY;
-    for (int i = 0; i < n; i++) {
-        x[i] *= scale;
+    for (int i = 0; i < n; i++)
         mx = x[i] > mx ? x[i] : mx;
-    }
-    const __m256 vmax = _mm256_set1_ps(mx);
+    const __m256 vmax = _mm256_set1_ps(mx * scale), sc = _mm256_set1_ps(scale);
     __m256 sum = _mm256_setzero_ps();
     int i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 v = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+        __m256 v = exp8(_mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), sc), vmax));
         _mm256_storeu_ps(x + i, v);
         sum = _mm256_add_ps(sum, v);
     }
@@ -70,7 +68,7 @@ void kern__softmax_avx2(float *x, int n, float scale)
         float a[8];
         for (int j = 0; j < 8; j++)
             a[j] = i + j < n ? x[i + j] : -INFINITY;
-        __m256 v = exp8(_mm256_sub_ps(_mm256_loadu_ps(a), vmax));
+        __m256 v = exp8(_mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(a), sc), vmax));
         _mm256_storeu_ps(a, v);
         memcpy(x + i, a, sizeof(float) * (size_t)(n - i));
         sum = _mm256_add_ps(sum, v);
@@ -79,7 +77,5 @@ void kern__softmax_avx2(float *x, int n, float scale)
     _mm256_storeu_ps(part, sum);
     for (int j = 0; j < 8; j++)
         total += part[j];
-    float inv = 1.0f / total;
-    for (int j = 0; j < n; j++)
-        x[j] *= inv;
+    return total;
 }

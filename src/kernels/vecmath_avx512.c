@@ -41,32 +41,29 @@ void kern__silu_mul_avx512(float *g, const float *u, int n)
     }
 }
 
-void kern__softmax_avx512(float *x, int n, float scale)
+float kern__softmax_exp_avx512(float *x, int n, float scale)
 {
     const __m512 sc = _mm512_set1_ps(scale);
     __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), sc);
-        _mm512_mask_storeu_ps(x + i, m, v);
-        mx = _mm512_mask_max_ps(mx, m, mx, v);
-    }
-    const __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        mx = _mm512_max_ps(mx, _mm512_loadu_ps(x + i));
+    if (i < n)
+        mx = _mm512_mask_max_ps(mx, (__mmask16)((1u << (n - i)) - 1), mx,
+                                _mm512_maskz_loadu_ps((__mmask16)((1u << (n - i)) - 1), x + i));
+    /* scale > 0 and rounding are monotone: max(scale * x) = scale * max(x) */
+    const __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(mx) * scale);
     __m512 sum = _mm512_setzero_ps();
-    for (int i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 v = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmax));
+    for (int j = 0; j < n; j += 16) {
+        __mmask16 m = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+        __m512 v = exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), sc), vmax));
         v = _mm512_maskz_mov_ps(m, v);
-        _mm512_mask_storeu_ps(x + i, m, v);
+        _mm512_mask_storeu_ps(x + j, m, v);
         sum = _mm512_add_ps(sum, v);
     }
     float part[16], total = 0;
     _mm512_storeu_ps(part, sum);
-    for (int i = 0; i < 16; i++)
-        total += part[i];
-    const __m512 inv = _mm512_set1_ps(1.0f / total);
-    for (int i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
-    }
+    for (int l = 0; l < 16; l++)
+        total += part[l];
+    return total;
 }
