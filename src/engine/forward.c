@@ -31,6 +31,7 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { ACT_F32, ACT_BF16, ACT_Q8_0, ACT_Q8_K, ACT_COUNT };
@@ -55,6 +56,7 @@ struct fwd_ctx {
     uint8_t *act[ACT_COUNT]; /* (max_tokens, act row bytes of the widest input) per act type */
     size_t act_stride;       /* bytes between activation rows (any type) */
     int32_t *out_rows;       /* (max_tokens) batch index of each wanted token */
+    uint64_t *by_ctx;        /* (max_tokens) batch tokens, longest context first (low half) */
     _Atomic int *op_next;    /* (n_ops) next free row or task of each split op of a pass */
     int n_ops;               /* counters per pass: 7 matmuls + attention a layer, output */
     /* per-call state, set by fwd_run before fanning out */
@@ -132,6 +134,7 @@ int fwd_ctx_new(const struct model *m, struct kv_pool *kv, struct tpool *pool, i
     for (int i = 0; i < ACT_COUNT; i++)
         c->act[i] = xaligned_alloc(c->act_stride * T);
     c->out_rows = xmalloc(sizeof(int32_t) * T);
+    c->by_ctx = xmalloc(sizeof(uint64_t) * T);
     c->n_ops = 8 * hp->n_layer + 1;
     c->op_next = xcalloc((size_t)c->n_ops, sizeof(*c->op_next));
     *out = c;
@@ -154,6 +157,7 @@ void fwd_ctx_free(struct fwd_ctx *c)
     for (int i = 0; i < ACT_COUNT; i++)
         free(c->act[i]);
     free(c->out_rows);
+    free(c->by_ctx);
     free((void *)c->op_next);
     free(c);
 }
@@ -401,9 +405,11 @@ static void fwd_worker(void *arg, int ith, int nth)
 
         /* (token, KV group, part of the group) tasks from a counter: in a
          * prefill chunk later tokens attend over longer contexts, so a
-         * static split would hand one thread most of the work. Groups are
-         * cut into parts only when there are too few to share out. Which
-         * thread runs a task, and how a group is cut, do not change bits. */
+         * static split would hand one thread most of the work; tokens go
+         * longest context first (by_ctx). Groups are cut into parts only
+         * when there are too few to share out (or over ATTEND_MAX_HEADS).
+         * Which thread runs a task, and how a group is cut, do not change
+         * bits. */
         float *scores = c->scores + (size_t)ith * c->scores_ld * (size_t)G;
         _Atomic int *next = &c->op_next[op++];
         const int n_groups = T * hp->n_head_kv;
@@ -416,7 +422,8 @@ static void fwd_worker(void *arg, int ith, int nth)
             for (int a = a0; a < MIN(n_tasks, a0 + grab); a++) {
                 int g = a / parts, part = a % parts;
                 int lo = part * G / parts, hi = (part + 1) * G / parts;
-                int t = g / hp->n_head_kv, h0 = (g % hp->n_head_kv) * G + lo;
+                int t = (int)(uint32_t)c->by_ctx[g / hp->n_head_kv];
+                int h0 = (g % hp->n_head_kv) * G + lo;
                 attend(c, il, t, h0, hi - lo, scores);
             }
         }
@@ -467,6 +474,12 @@ static void fwd_worker(void *arg, int ith, int nth)
     matmul(c, m->output, m->pk_output, c->n_out, c->logits, hp->n_vocab, &op, nth);
 }
 
+static int cmp_u64(const void *pa, const void *pb)
+{
+    uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+    return (a > b) - (a < b);
+}
+
 int fwd_run(struct fwd_ctx *c, const struct fwd_batch *b, float *logits, struct err_msg *msg)
 {
     const struct model_hparams *hp = &c->m->hp;
@@ -489,6 +502,11 @@ int fwd_run(struct fwd_ctx *c, const struct fwd_batch *b, float *logits, struct 
             return err_set(msg, ERR_INVALID, "position %d has no KV block reserved", b->pos[t]);
         if (b->want_logits[t]) c->out_rows[n_out++] = t;
     }
+    /* Attention tasks longest context first: the last tasks taken are the
+     * short ones, so the threads reach the barrier after it closer together. */
+    for (int t = 0; t < b->n_tokens; t++)
+        c->by_ctx[t] = (uint64_t)(uint32_t)(INT32_MAX - b->pos[t]) << 32 | (uint32_t)t;
+    qsort(c->by_ctx, (size_t)b->n_tokens, sizeof(uint64_t), cmp_u64);
     c->b = b;
     c->logits = logits;
     c->n_out = n_out;
