@@ -79,6 +79,7 @@ struct sampler {
     float *w;                   /* (V) weight per token id; valid for this call's ranked tokens */
     uint8_t *bucket;            /* (V) weight bucket per token id, lazy path only */
     uint8_t *block_min;         /* (ceil(V / BLOCK)) least bucket in each block of BLOCK ids */
+    int32_t *block_key;         /* (ceil(V / BLOCK)) best raw order_key in each block (raw_scan) */
     int32_t *rank;              /* (V) token ids in rank order; first n_ranked valid */
     int n_ranked;               /* ranked prefix length */
     int next_bucket;            /* lazy path: first bucket not yet gathered into rank */
@@ -142,13 +143,14 @@ static inline float clampf(float x)
 }
 
 /* The vocabulary-wide loops are IEEE basic operations only (no FMA: the
- * build has -ffp-contract=off), so an AVX2 clone computes exactly the bits of
- * the baseline SSE2 code, 8 lanes at a time instead of 4. The dynamic loader
- * picks the clone once, from the CPU (ifunc). */
+ * build has -ffp-contract=off), so an AVX-512 clone (x86-64-v4: F, BW, DQ,
+ * VL, for the byte loops) and an AVX2 clone compute exactly the bits of the
+ * baseline SSE2 code, 16 or 8 lanes at a time instead of 4. The dynamic
+ * loader picks the clone once, from the CPU (ifunc). */
 #ifndef VOCAB_LOOP /* -DVOCAB_LOOP= builds the baseline code only */
 #if defined(__x86_64__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
-#define VOCAB_LOOP __attribute__((target_clones("avx2", "default")))
+#define VOCAB_LOOP __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #endif
 #endif
 #endif
@@ -353,6 +355,7 @@ struct sampler *sampler_new(int n_vocab)
     s->w = xmalloc(v * sizeof(*s->w));
     s->bucket = xmalloc(v * sizeof(*s->bucket));
     s->block_min = xmalloc((v + BLOCK - 1) / BLOCK);
+    s->block_key = xmalloc((v + BLOCK - 1) / BLOCK * sizeof(*s->block_key));
     s->rank = xmalloc(v * sizeof(*s->rank));
     s->ids = xmalloc(v * sizeof(*s->ids));
     s->keys = xmalloc(v * sizeof(*s->keys));
@@ -372,6 +375,7 @@ void sampler_free(struct sampler *s)
     free(s->w);
     free(s->bucket);
     free(s->block_min);
+    free(s->block_key);
     free(s->rank);
     free(s->ids);
     free(s->keys);
@@ -422,20 +426,58 @@ static void top_raw_insert(struct top_raw *t, float v, int32_t id)
     if (t->n < t->cap) t->n++;
 }
 
-static void raw_scan(const float *x, int n_vocab, struct top_raw *t)
+/* The float order as integers (sign-magnitude to two's complement): x < y
+ * gives key(x) < key(y); the one difference is that +0 ranks above -0. */
+static inline int32_t order_key(float v)
+{
+    uint32_t u = fbits(v);
+    return (int32_t)(u ^ ((uint32_t)((int32_t)u >> 31) & 0x7fffffffu));
+}
+
+/* out[j] = the largest order_key of a finite logit among ids [j * BLOCK,
+ * (j + 1) * BLOCK), INT32_MIN when the block has none. */
+VOCAB_LOOP static void block_max_loop(const float *restrict x, int32_t *restrict out, int n)
+{
+    for (int j = 0; j * BLOCK < n; j++) {
+        int end = (j + 1) * BLOCK < n ? (j + 1) * BLOCK : n;
+        int32_t best = INT32_MIN;
+        for (int i = j * BLOCK; i < end; i++) {
+            uint32_t u = fbits(x[i]);
+            uint32_t fin = 0u - (uint32_t)is_finite(x[i]); /* all ones or zero */
+            uint32_t key = u ^ ((uint32_t)((int32_t)u >> 31) & 0x7fffffffu);
+            int32_t k = (int32_t)((key & fin) | (0x80000000u & ~fin));
+            best = k > best ? k : best;
+        }
+        out[j] = best;
+    }
+}
+
+/* The ids are visited in ascending order, as the definition reads; a block
+ * whose best key is not above the worst kept token's cannot hold a finite
+ * logit that beats it (the keys order like the floats, and the one place
+ * they differ, +0 over -0, only lets a block through), so only the rare
+ * blocks with a better token are walked one id at a time. */
+static void raw_scan(struct sampler *s, const float *x, int n_vocab, struct top_raw *t)
 {
     int i = 0;
     t->n = 0;
     for (; i < n_vocab && t->n < t->cap; i++)
         if (is_finite(x[i])) top_raw_insert(t, x[i], i);
-    float thr = t->n == t->cap ? t->z[t->cap - 1] : INFINITY; /* the worst kept */
-    for (; i < n_vocab; i++) {
-        float v = x[i];
-        /* A tie with the worst kept loses (higher id): strict >. */
-        if (__builtin_expect(v > thr, 0)) {
-            if (!is_finite(v)) continue;
-            top_raw_insert(t, v, i);
-            thr = t->z[t->cap - 1];
+    if (i >= n_vocab) return;
+    float thr = t->z[t->cap - 1]; /* the worst kept */
+    int32_t thr_key = order_key(thr);
+    block_max_loop(x, s->block_key, n_vocab);
+    for (int j = i / BLOCK; j * BLOCK < n_vocab; j++) {
+        if (s->block_key[j] <= thr_key) continue;
+        int end = (j + 1) * BLOCK < n_vocab ? (j + 1) * BLOCK : n_vocab;
+        for (int k = MAX(i, j * BLOCK); k < end; k++) {
+            float v = x[k];
+            /* A tie with the worst kept loses (higher id): strict >. */
+            if (v > thr && is_finite(v)) {
+                top_raw_insert(t, v, k);
+                thr = t->z[t->cap - 1];
+                thr_key = order_key(thr);
+            }
         }
     }
 }
@@ -1113,7 +1155,7 @@ int sampler_sample(struct sampler *s, const struct sampler_params *p, const floa
         if (allow)
             raw_scan_ids(logits, allow, n_allow, &top);
         else
-            raw_scan(logits, s->n_vocab, &top);
+            raw_scan(s, logits, s->n_vocab, &top);
         best = best_processed(s, logits, &top);
         m = best >= 0 ? zval(s, logits, best) : -INFINITY;
     }

@@ -55,7 +55,8 @@
  * are sorted (each bucket is a rank-order prefix, so results equal the
  * full-sort definition bit for bit). Greedy is one pass (two when a penalty
  * or bias touches the raw best token). The loops over the vocabulary are
- * vectorized, with an AVX2 clone picked at load time that gives the same bits.
+ * vectorized, with AVX-512 and AVX2 clones picked at load time that give the
+ * same bits.
  * exp and log are computed here from IEEE basic operations, not libm, and
  * the build forbids FMA contraction, so tokens and logprobs come out the same
  * on every machine and compiler.
