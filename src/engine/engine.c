@@ -59,9 +59,9 @@
  *
  * Thread model: every entry point is called from one thread at a time (the
  * owner of the engine); compute fans out to the thread pool inside fwd_run,
- * and so does sampling: the rows of a step are dealt round-robin to the
- * compute threads, one sampler (scratch) each, while grammar masks before
- * and events after stay on the engine thread, in row order.
+ * and so does sampling: the compute threads claim the rows of a step one at
+ * a time, one sampler (scratch) each, while grammar masks before and events
+ * after stay on the engine thread, in row order.
  */
 #include "inferd/inferd.h"
 
@@ -78,6 +78,7 @@
 #include "model/model.h"
 
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -150,6 +151,7 @@ struct inferd_engine {
     bool *b_mask_ok;                   /* (token_budget) row may be sampled (its grammar allows
                                           a token) */
     int b_n_out;                       /* logits rows of this step (sample_rows reads it) */
+    atomic_int b_next_row;             /* next row for a sample_rows thread to claim */
     struct constrain_job *b_jobs;      /* (token_budget) masks filled during the forward */
     struct req **b_job_req;            /* (token_budget) request of each job */
     const struct kv_seq **b_seqs;      /* (max_seqs) */
@@ -814,16 +816,22 @@ static int by_priority(const void *pa, const void *pb)
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
-/* tpool_fn: samples the step's logits rows ith, ith + nth, ... into b_res,
- * each thread with its own sampler. A row's result is a pure function of its
- * logits and request (sampler.h), so which thread samples it changes no bit.
- * Only reads request state: each request has one row per step, and tokens
- * are appended after every row is sampled. */
+/* tpool_fn: samples the step's logits rows into b_res, each thread with its
+ * own sampler. Rows are claimed one at a time from a shared counter, so a
+ * thread that starts late (its core busy with another process) or rows of
+ * unequal cost (greedy, logprobs, masks) leave the others no idle wait. A
+ * row's result is a pure function of its logits and request (sampler.h), so
+ * which thread samples it changes no bit. Only reads request state: each
+ * request has one row per step, and tokens are appended after every row is
+ * sampled. */
 static void sample_rows(void *ctx, int ith, int nth)
 {
     struct inferd_engine *e = ctx;
     const int n_vocab = e->model->m->hp.n_vocab;
-    for (int j = ith; j < e->b_n_out; j += nth) {
+    (void)nth;
+    for (;;) {
+        int j = atomic_fetch_add_explicit(&e->b_next_row, 1, memory_order_relaxed);
+        if (j >= e->b_n_out) break;
         if (!e->b_mask_ok[j]) continue;
         const struct req *q = e->b_out_req[j];
         int rc = sampler_sample(e->samplers[ith], &q->sp, e->logits + (size_t)j * n_vocab,
@@ -943,10 +951,13 @@ int inferd_engine_step(inferd_engine *e)
         e->stats.grammar_mask_s += time_now_s() - tg;
     }
     e->b_n_out = n_out;
+    atomic_store_explicit(&e->b_next_row, 0, memory_order_relaxed);
+    tg = time_now_s();
     if (n_out > 1 && e->n_samplers > 1)
         tpool_run(e->pool, sample_rows, e);
     else
         sample_rows(e, 0, 1);
+    e->stats.sample_s += time_now_s() - tg;
     for (int j = 0; j < n_out; j++) {
         struct req *q = e->b_out_req[j];
         const struct sampler_result *res = &e->b_res[j];
