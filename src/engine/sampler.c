@@ -3,8 +3,12 @@
  *
  * Shape of one call (V = n_vocab):
  *
- *   raw_scan        one pass: the best raw tokens (the greedy answer when
- *                   nothing is penalized; the logprob alternatives)
+ *   raw_scan        the best raw tokens (the greedy answer when nothing is
+ *                   penalized; the logprob alternatives): one vectorized
+ *                   pass takes the best logit of each block of 64 ids
+ *                   (block_key; the max alone when that is all a call
+ *                   needs), and only blocks that beat the worst token kept
+ *                   so far are walked id by id
  *   build_overrides bias and penalties touch few tokens, so they are kept
  *                   sparse: ov[] holds (token, processed z), slot[token] finds
  *                   it. The logits are never copied.
@@ -13,7 +17,8 @@
  *   top-k > 0       heap of the k best (z, id) keys in one pass, sort the k
  *   top-k off       "lazy" path: one vectorized pass computes every weight
  *                   and its bucket floor(-8 t), a second counts tokens per
- *                   bucket; then buckets are gathered and sorted, in order,
+ *                   bucket (a block all in the last bucket by one compare
+ *                   per token); then buckets are gathered and sorted, in order,
  *                   only as deep as the top-p cut or the draw needs. The
  *                   bucket is monotone in z, so the tokens of buckets 0..b are
  *                   exactly a prefix of rank order:
@@ -23,7 +28,11 @@
  *
  *                   A gather skips whole blocks of 64 ids whose best bucket
  *                   is past the band, which for a peaked distribution is
- *                   nearly all of them.
+ *                   nearly all of them. A block whose best logit lies more
+ *                   than 87 below the top after temperature (t < -87, as
+ *                   under a +100 bias or a low temperature) weighs +0
+ *                   throughout (block_zero): its exps are not computed and
+ *                   the totals skip it, since adding +0 changes no bit.
  *   logprobs        one more pass (exp and a running sum over the raw
  *                   logits); the exp part is skipped when the lazy path's
  *                   weights are those very terms (T == 1, nothing touched)
@@ -79,7 +88,10 @@ struct sampler {
     float *w;                   /* (V) weight per token id; valid for this call's ranked tokens */
     uint8_t *bucket;            /* (V) weight bucket per token id, lazy path only */
     uint8_t *block_min;         /* (ceil(V / BLOCK)) least bucket in each block of BLOCK ids */
-    int32_t *block_key;         /* (ceil(V / BLOCK)) best raw order_key in each block (raw_scan) */
+    int32_t *block_key;         /* (ceil(V / BLOCK)) best raw order_key in each block, valid when
+                                   block_key_ok */
+    bool block_key_ok;          /* block_key holds this call's logits */
+    uint8_t *block_zero;        /* (ceil(V / BLOCK)) lazy path: every weight in the block is +0 */
     int32_t *rank;              /* (V) token ids in rank order; first n_ranked valid */
     int n_ranked;               /* ranked prefix length */
     int next_bucket;            /* lazy path: first bucket not yet gathered into rank */
@@ -356,6 +368,7 @@ struct sampler *sampler_new(int n_vocab)
     s->bucket = xmalloc(v * sizeof(*s->bucket));
     s->block_min = xmalloc((v + BLOCK - 1) / BLOCK);
     s->block_key = xmalloc((v + BLOCK - 1) / BLOCK * sizeof(*s->block_key));
+    s->block_zero = xmalloc((v + BLOCK - 1) / BLOCK);
     s->rank = xmalloc(v * sizeof(*s->rank));
     s->ids = xmalloc(v * sizeof(*s->ids));
     s->keys = xmalloc(v * sizeof(*s->keys));
@@ -376,6 +389,7 @@ void sampler_free(struct sampler *s)
     free(s->bucket);
     free(s->block_min);
     free(s->block_key);
+    free(s->block_zero);
     free(s->rank);
     free(s->ids);
     free(s->keys);
@@ -467,6 +481,7 @@ static void raw_scan(struct sampler *s, const float *x, int n_vocab, struct top_
     float thr = t->z[t->cap - 1]; /* the worst kept */
     int32_t thr_key = order_key(thr);
     block_max_loop(x, s->block_key, n_vocab);
+    s->block_key_ok = true;
     for (int j = i / BLOCK; j * BLOCK < n_vocab; j++) {
         if (s->block_key[j] <= thr_key) continue;
         int end = (j + 1) * BLOCK < n_vocab ? (j + 1) * BLOCK : n_vocab;
@@ -517,19 +532,17 @@ static float ids_max(const float *x, const int32_t *ids, int n)
     return bitsf(u ^ ((uint32_t)((int32_t)u >> 31) & 0x7fffffffu));
 }
 
-/* The largest finite raw logit, or -inf if there is none. Floats compare
- * like these integer keys (sign-magnitude to two's complement), and an
- * integer max reduction vectorizes where a float one may not (NaN rules). */
-VOCAB_LOOP static float raw_max(const float *restrict x, int n)
+/* The largest finite raw logit, or -inf if there is none: the best of the
+ * block maxima, which the lazy path reuses. An integer max reduction
+ * vectorizes where a float one may not (NaN rules), and the keys order like
+ * the floats (+0 above -0). */
+static float raw_max(struct sampler *s, const float *x, int n)
 {
+    block_max_loop(x, s->block_key, n);
+    s->block_key_ok = true;
     int32_t best = INT32_MIN;
-    for (int i = 0; i < n; i++) {
-        uint32_t u = fbits(x[i]);
-        uint32_t fin = 0u - (uint32_t)is_finite(x[i]); /* all ones or zero */
-        uint32_t key = u ^ ((uint32_t)((int32_t)u >> 31) & 0x7fffffffu);
-        int32_t k = (int32_t)((key & fin) | (0x80000000u & ~fin)); /* INT32_MIN if not */
-        best = k > best ? k : best;
-    }
+    for (int j = 0; j * BLOCK < n; j++)
+        best = s->block_key[j] > best ? s->block_key[j] : best;
     if (best == INT32_MIN) return -INFINITY;
     uint32_t u = (uint32_t)best;
     return bitsf(u ^ ((uint32_t)((int32_t)u >> 31) & 0x7fffffffu));
@@ -738,16 +751,47 @@ static inline int bucket_of(float t)
 }
 
 /* w[i] and bucket[i] of every token from its raw logit (touched tokens are
- * patched by the caller); non-candidates get 0 and BUCKET_NONE. */
+ * patched by the caller); non-candidates get 0 and BUCKET_NONE. A block
+ * flagged in zero[] has every weight +0 and every candidate in the last
+ * bucket, so only its non-candidates are told apart. */
 VOCAB_LOOP static void weigh_loop(const float *restrict x, float *restrict w,
-                                  uint8_t *restrict bucket, int n, float m, float inv_temp)
+                                  uint8_t *restrict bucket, const uint8_t *restrict zero, int n,
+                                  float m, float inv_temp)
 {
-    for (int i = 0; i < n; i++) {
-        float v = x[i];
-        bool fin = is_finite(v);
-        float t = keep_or_zero(fin, v - m) * inv_temp;
-        w[i] = keep_or_zero(fin, exp_neg(t));
-        bucket[i] = (uint8_t)((uint32_t)bucket_of(t) | (BUCKET_NONE & ((uint32_t)fin - 1u)));
+    for (int j = 0; j * BLOCK < n; j++) {
+        int i0 = j * BLOCK, end = (j + 1) * BLOCK < n ? (j + 1) * BLOCK : n;
+        if (zero[j]) {
+            for (int i = i0; i < end; i++) {
+                bool fin = is_finite(x[i]);
+                w[i] = 0.0f;
+                bucket[i] = (uint8_t)((N_BUCKETS - 1) | (BUCKET_NONE & ((uint32_t)fin - 1u)));
+            }
+            continue;
+        }
+        for (int i = i0; i < end; i++) {
+            float v = x[i];
+            bool fin = is_finite(v);
+            float t = keep_or_zero(fin, v - m) * inv_temp;
+            w[i] = keep_or_zero(fin, exp_neg(t));
+            bucket[i] = (uint8_t)((uint32_t)bucket_of(t) | (BUCKET_NONE & ((uint32_t)fin - 1u)));
+        }
+    }
+}
+
+/* zero[j] = every raw weight in block j is +0: its best finite logit (the
+ * block key) is below e^-87 of the top after temperature, or it has none.
+ * t = (v - m) * inv_temp is monotone in v, so the best decides for all. */
+static void zero_blocks(const int32_t *key, uint8_t *zero, int n_blocks, float m, float inv_temp)
+{
+    for (int j = 0; j < n_blocks; j++) {
+        if (key[j] == INT32_MIN) {
+            zero[j] = 1;
+            continue;
+        }
+        uint32_t u = (uint32_t)key[j];
+        float v = bitsf(u ^ ((uint32_t)((int32_t)u >> 31) & 0x7fffffffu));
+        float t = (v - m) * inv_temp;
+        zero[j] = t < -87.0f; /* exp_neg's cut: below it the weight is +0 */
     }
 }
 
@@ -776,15 +820,22 @@ static inline double lanes_add(const double *acc)
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-VOCAB_LOOP static double sum_lanes(const float *restrict w, int n, float min_p)
+VOCAB_LOOP static double sum_lanes(const float *restrict w, const uint8_t *restrict zero, int n,
+                                   float min_p)
 {
     double acc[SUM_LANES] = {0};
-    int i = 0;
-    for (; i + SUM_LANES <= n; i += SUM_LANES)
-        for (int l = 0; l < SUM_LANES; l++)
-            acc[l] += keep_or_zero(w[i + l] >= min_p, w[i + l]);
-    for (; i < n; i++)
-        acc[i % SUM_LANES] += keep_or_zero(w[i] >= min_p, w[i]);
+    /* A block of +0 weights adds +0 to each lane (never -0: the lanes start
+     * at +0 and only grow), which changes no bit, so it is skipped. BLOCK is
+     * a multiple of SUM_LANES: lane = id mod 8 still. */
+    for (int j = 0; j * BLOCK < n; j++) {
+        if (zero[j]) continue;
+        int i = j * BLOCK, end = (j + 1) * BLOCK < n ? (j + 1) * BLOCK : n;
+        for (; i + SUM_LANES <= end; i += SUM_LANES)
+            for (int l = 0; l < SUM_LANES; l++)
+                acc[l] += keep_or_zero(w[i + l] >= min_p, w[i + l]);
+        for (; i < end; i++)
+            acc[i % SUM_LANES] += keep_or_zero(w[i] >= min_p, w[i]);
+    }
     return lanes_add(acc);
 }
 
@@ -808,15 +859,19 @@ static void weigh_all(struct sampler *s, const struct call *c, double *w_all, do
     uint8_t *bucket = s->bucket;
     float m = c->m, inv_temp = c->inv_temp, min_p = c->min_p;
     int V = s->n_vocab;
-    weigh_loop(c->x, w, bucket, V, m, inv_temp);
+    int n_blocks = (V + BLOCK - 1) / BLOCK;
+    if (!s->block_key_ok) block_max_loop(c->x, s->block_key, V);
+    zero_blocks(s->block_key, s->block_zero, n_blocks, m, inv_temp);
+    weigh_loop(c->x, w, bucket, s->block_zero, V, m, inv_temp);
     for (int k = 0; k < s->n_ov; k++) {
         float t = (s->ov[k].z - m) * inv_temp;
         w[s->ov[k].token] = exp_neg(t);
         bucket[s->ov[k].token] = (uint8_t)bucket_of(t);
+        s->block_zero[s->ov[k].token / BLOCK] = 0;
     }
     block_min_loop(bucket, s->block_min, V);
-    *w_all = sum_lanes(w, V, 0.0f);
-    *w_min = min_p > 0.0f ? sum_lanes(w, V, min_p) : *w_all;
+    *w_all = sum_lanes(w, s->block_zero, V, 0.0f);
+    *w_min = min_p > 0.0f ? sum_lanes(w, s->block_zero, V, min_p) : *w_all;
 
     /* Token counts per bucket: extend() estimates masses from them. A block
      * whose least bucket is the last one (all its tokens below e^-15.9, or
@@ -1138,6 +1193,7 @@ int sampler_sample(struct sampler *s, const struct sampler_params *p, const floa
     if (rc) return rc;
     if (n_prompt < 0 || n_generated < 0 || position < 0) return ERR_INVALID;
     if ((n_prompt > 0 && !prompt) || (n_generated > 0 && !generated)) return ERR_INVALID;
+    s->block_key_ok = false;
     /* Disallowed tokens become -inf: never chosen whatever their bias, and
      * absent from the logprob normalizer. A sparse mask also lists its ids,
      * and every later step walks only those (n_allow >= 0). */
@@ -1163,7 +1219,7 @@ int sampler_sample(struct sampler *s, const struct sampler_params *p, const floa
     float m;
     int32_t best = -1;
     if (p->temperature > 0.0f && s->n_ov == 0 && !p->logprobs) {
-        m = allow ? ids_max(logits, allow, n_allow) : raw_max(logits, s->n_vocab);
+        m = allow ? ids_max(logits, allow, n_allow) : raw_max(s, logits, s->n_vocab);
     } else {
         if (allow)
             raw_scan_ids(logits, allow, n_allow, &top);
