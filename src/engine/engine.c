@@ -135,8 +135,8 @@ struct inferd_engine {
     bool prefix_on;                  /* prefix cache in use */
     uint8_t fingerprint[16];         /* engine fingerprint (block ids hash it) */
     struct fwd_ctx *fwd;             /* forward scratch */
-    struct sampler **samplers;       /* (n_threads) sampling scratch, one per compute thread */
-    int n_samplers;                  /* entries of samplers (= tpool_size(pool)) */
+    struct sampler **samplers;       /* (n_samplers) sampling scratch, one per compute thread */
+    int n_samplers;                  /* entries of samplers: min(tpool_size(pool), max_seqs) */
     struct req **reqs;               /* (n_reqs) live requests, arrival order */
     struct req **order;              /* (n_reqs) this step's priority order */
     int n_running;                   /* requests in REQ_STATE_RUNNING */
@@ -358,7 +358,8 @@ int inferd_engine_new(inferd_model *im, const struct inferd_engine_config *cfg_i
     e->pool = tpool_new(cfg.n_threads);
     rc = fwd_ctx_new(im->m, &e->kv, e->pool, cfg.token_budget, cfg.max_ctx, &e->fwd, &msg);
     if (rc) goto err_free;
-    e->n_samplers = tpool_size(e->pool);
+    /* No more samplers (~54 bytes a token each) than rows a step can have. */
+    e->n_samplers = MIN(tpool_size(e->pool), cfg.max_seqs);
     e->samplers = xcalloc((size_t)e->n_samplers, sizeof(*e->samplers));
     for (int i = 0; i < e->n_samplers; i++)
         e->samplers[i] = sampler_new(hp->n_vocab);
@@ -829,6 +830,7 @@ static void sample_rows(void *ctx, int ith, int nth)
     struct inferd_engine *e = ctx;
     const int n_vocab = e->model->m->hp.n_vocab;
     (void)nth;
+    if (ith >= e->n_samplers) return;
     for (;;) {
         int j = atomic_fetch_add_explicit(&e->b_next_row, 1, memory_order_relaxed);
         if (j >= e->b_n_out) break;
