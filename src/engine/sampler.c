@@ -750,49 +750,50 @@ static inline int bucket_of(float t)
     return (int)bitsf(u);
 }
 
-/* w[i] and bucket[i] of every token from its raw logit (touched tokens are
- * patched by the caller); non-candidates get 0 and BUCKET_NONE. A block
- * flagged in zero[] has every weight +0 and every candidate in the last
- * bucket, so only its non-candidates are told apart. */
+/* w[i] and bucket[i] of ids [i0, end) from their raw logits (touched tokens
+ * are patched by the caller); non-candidates get 0 and BUCKET_NONE. */
 VOCAB_LOOP static void weigh_loop(const float *restrict x, float *restrict w,
-                                  uint8_t *restrict bucket, const uint8_t *restrict zero, int n,
-                                  float m, float inv_temp)
+                                  uint8_t *restrict bucket, int i0, int end, float m,
+                                  float inv_temp)
 {
-    for (int j = 0; j * BLOCK < n; j++) {
-        int i0 = j * BLOCK, end = (j + 1) * BLOCK < n ? (j + 1) * BLOCK : n;
-        if (zero[j]) {
-            for (int i = i0; i < end; i++) {
-                bool fin = is_finite(x[i]);
-                w[i] = 0.0f;
-                bucket[i] = (uint8_t)((N_BUCKETS - 1) | (BUCKET_NONE & ((uint32_t)fin - 1u)));
-            }
-            continue;
-        }
-        for (int i = i0; i < end; i++) {
-            float v = x[i];
-            bool fin = is_finite(v);
-            float t = keep_or_zero(fin, v - m) * inv_temp;
-            w[i] = keep_or_zero(fin, exp_neg(t));
-            bucket[i] = (uint8_t)((uint32_t)bucket_of(t) | (BUCKET_NONE & ((uint32_t)fin - 1u)));
-        }
+    for (int i = i0; i < end; i++) {
+        float v = x[i];
+        bool fin = is_finite(v);
+        float t = keep_or_zero(fin, v - m) * inv_temp;
+        w[i] = keep_or_zero(fin, exp_neg(t));
+        bucket[i] = (uint8_t)((uint32_t)bucket_of(t) | (BUCKET_NONE & ((uint32_t)fin - 1u)));
+    }
+}
+
+/* weigh_loop's answer for ids of +0 blocks (see zero_blocks): every weight
+ * +0, every candidate in the last bucket. */
+VOCAB_LOOP static void weigh_zero_loop(const float *restrict x, float *restrict w,
+                                       uint8_t *restrict bucket, int i0, int end)
+{
+    for (int i = i0; i < end; i++) {
+        bool fin = is_finite(x[i]);
+        w[i] = 0.0f;
+        bucket[i] = (uint8_t)((N_BUCKETS - 1) | (BUCKET_NONE & ((uint32_t)fin - 1u)));
     }
 }
 
 /* zero[j] = every raw weight in block j is +0: its best finite logit (the
- * block key) is below e^-87 of the top after temperature, or it has none.
- * t = (v - m) * inv_temp is monotone in v, so the best decides for all. */
-static void zero_blocks(const int32_t *key, uint8_t *zero, int n_blocks, float m, float inv_temp)
+ * block key) gives t < -87, exp_neg's cut, or it has none (the key then
+ * decodes to a NaN, which compares false). t = (v - m) * inv_temp is
+ * monotone in v, so the best decides for all. Returns how many. */
+VOCAB_LOOP static int zero_blocks(const int32_t *restrict key, uint8_t *restrict zero, int n_blocks,
+                                  float m, float inv_temp)
 {
+    int n = 0;
     for (int j = 0; j < n_blocks; j++) {
-        if (key[j] == INT32_MIN) {
-            zero[j] = 1;
-            continue;
-        }
         uint32_t u = (uint32_t)key[j];
         float v = bitsf(u ^ ((uint32_t)((int32_t)u >> 31) & 0x7fffffffu));
         float t = (v - m) * inv_temp;
-        zero[j] = t < -87.0f; /* exp_neg's cut: below it the weight is +0 */
+        uint8_t z = (uint8_t)((key[j] == INT32_MIN) | (t < -87.0f));
+        zero[j] = z;
+        n += z;
     }
+    return n;
 }
 
 VOCAB_LOOP static void block_min_loop(const uint8_t *restrict bucket, uint8_t *restrict out, int n)
@@ -820,23 +821,39 @@ static inline double lanes_add(const double *acc)
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-VOCAB_LOOP static double sum_lanes(const float *restrict w, const uint8_t *restrict zero, int n,
-                                   float min_p)
+/* Adds ids [i0, end) into the lanes; i0 is a multiple of SUM_LANES. */
+VOCAB_LOOP static void sum_lanes(const float *restrict w, int i0, int end, float min_p,
+                                 double *restrict lanes)
 {
-    double acc[SUM_LANES] = {0};
-    /* A block of +0 weights adds +0 to each lane (never -0: the lanes start
-     * at +0 and only grow), which changes no bit, so it is skipped. BLOCK is
-     * a multiple of SUM_LANES: lane = id mod 8 still. */
-    for (int j = 0; j * BLOCK < n; j++) {
-        if (zero[j]) continue;
-        int i = j * BLOCK, end = (j + 1) * BLOCK < n ? (j + 1) * BLOCK : n;
-        for (; i + SUM_LANES <= end; i += SUM_LANES)
-            for (int l = 0; l < SUM_LANES; l++)
-                acc[l] += keep_or_zero(w[i + l] >= min_p, w[i + l]);
-        for (; i < end; i++)
-            acc[i % SUM_LANES] += keep_or_zero(w[i] >= min_p, w[i]);
+    double acc[SUM_LANES];
+    for (int l = 0; l < SUM_LANES; l++)
+        acc[l] = lanes[l];
+    int i = i0;
+    for (; i + SUM_LANES <= end; i += SUM_LANES)
+        for (int l = 0; l < SUM_LANES; l++)
+            acc[l] += keep_or_zero(w[i + l] >= min_p, w[i + l]);
+    for (; i < end; i++)
+        acc[i % SUM_LANES] += keep_or_zero(w[i] >= min_p, w[i]);
+    for (int l = 0; l < SUM_LANES; l++)
+        lanes[l] = acc[l];
+}
+
+/* The total of every id (lazy path). A block of +0 weights would add +0 to
+ * each lane (never -0: the lanes start at +0 and only grow), which changes
+ * no bit, so only the runs of other blocks are summed. BLOCK is a multiple
+ * of SUM_LANES, so lane = id mod 8 still. */
+static double total_all(const struct sampler *s, float min_p)
+{
+    double lanes[SUM_LANES] = {0};
+    int V = s->n_vocab, n_blocks = (V + BLOCK - 1) / BLOCK;
+    for (int j = 0; j < n_blocks;) {
+        int k = j;
+        while (k < n_blocks && s->block_zero[k] == s->block_zero[j])
+            k++;
+        if (!s->block_zero[j]) sum_lanes(s->w, j * BLOCK, MIN(k * BLOCK, V), min_p, lanes);
+        j = k;
     }
-    return lanes_add(acc);
+    return lanes_add(lanes);
 }
 
 /* The same total over an explicit set of ids, already sorted ascending. */
@@ -861,8 +878,22 @@ static void weigh_all(struct sampler *s, const struct call *c, double *w_all, do
     int V = s->n_vocab;
     int n_blocks = (V + BLOCK - 1) / BLOCK;
     if (!s->block_key_ok) block_max_loop(c->x, s->block_key, V);
-    zero_blocks(s->block_key, s->block_zero, n_blocks, m, inv_temp);
-    weigh_loop(c->x, w, bucket, s->block_zero, V, m, inv_temp);
+    int n_zero = zero_blocks(s->block_key, s->block_zero, n_blocks, m, inv_temp);
+    if (n_zero == 0) {
+        weigh_loop(c->x, w, bucket, 0, V, m, inv_temp);
+    } else { /* runs of +0 blocks and of the others */
+        for (int j = 0; j < n_blocks;) {
+            int k = j;
+            while (k < n_blocks && s->block_zero[k] == s->block_zero[j])
+                k++;
+            int i0 = j * BLOCK, end = MIN(k * BLOCK, V);
+            if (s->block_zero[j])
+                weigh_zero_loop(c->x, w, bucket, i0, end);
+            else
+                weigh_loop(c->x, w, bucket, i0, end, m, inv_temp);
+            j = k;
+        }
+    }
     for (int k = 0; k < s->n_ov; k++) {
         float t = (s->ov[k].z - m) * inv_temp;
         w[s->ov[k].token] = exp_neg(t);
@@ -870,8 +901,8 @@ static void weigh_all(struct sampler *s, const struct call *c, double *w_all, do
         s->block_zero[s->ov[k].token / BLOCK] = 0;
     }
     block_min_loop(bucket, s->block_min, V);
-    *w_all = sum_lanes(w, s->block_zero, V, 0.0f);
-    *w_min = min_p > 0.0f ? sum_lanes(w, s->block_zero, V, min_p) : *w_all;
+    *w_all = total_all(s, 0.0f);
+    *w_min = min_p > 0.0f ? total_all(s, min_p) : *w_all;
 
     /* Token counts per bucket: extend() estimates masses from them. A block
      * whose least bucket is the last one (all its tokens below e^-15.9, or
