@@ -83,9 +83,10 @@
  * allocates. Parameters and token arrays are caller-owned and only read during
  * the call.
  *
- * Thread safety: a sampler is used by one thread at a time (one per engine
- * thread); different samplers are independent. sampler_params_* and
- * sampler_uniform are pure.
+ * Thread safety: a sampler is used by one thread at a time (the engine keeps
+ * one per compute thread); different samplers are independent, and which
+ * one samples a row changes no bit. sampler_params_* and sampler_uniform are
+ * pure.
  */
 #ifndef INFERD_ENGINE_SAMPLER_H
 #define INFERD_ENGINE_SAMPLER_H
