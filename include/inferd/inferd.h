@@ -241,6 +241,8 @@ struct inferd_stats {
     uint64_t n_generated_tokens; /* tokens sampled */
     double grammar_mask_s;     /* counter: seconds the engine thread spent on grammar masks outside
                                   the forward (filling inline, or waiting for the helper after it) */
+    double sample_s;           /* counter: seconds the engine thread spent sampling the rows of
+                                  its steps (wall time; the rows run on the compute threads) */
     uint64_t n_preempted;      /* requests sent back to recompute for lack of KV */
     uint64_t n_prefix_lookups; /* admissions that looked up the prefix cache */
     uint64_t n_prefix_hits;    /* of those, attaching at least one block */

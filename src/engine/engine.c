@@ -58,7 +58,10 @@
  * (forward.h), so a request's events are the same whatever else runs.
  *
  * Thread model: every entry point is called from one thread at a time (the
- * owner of the engine); compute fans out to the thread pool inside fwd_run.
+ * owner of the engine); compute fans out to the thread pool inside fwd_run,
+ * and so does sampling: the compute threads claim the rows of a step one at
+ * a time, one sampler (scratch) each, while grammar masks before and events
+ * after stay on the engine thread, in row order.
  */
 #include "inferd/inferd.h"
 
@@ -75,6 +78,7 @@
 #include "model/model.h"
 
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -132,7 +136,8 @@ struct inferd_engine {
     bool prefix_on;                  /* prefix cache in use */
     uint8_t fingerprint[16];         /* engine fingerprint (block ids hash it) */
     struct fwd_ctx *fwd;             /* forward scratch */
-    struct sampler *sampler;         /* sampling scratch */
+    struct sampler **samplers;       /* (n_samplers) sampling scratch, one per compute thread */
+    int n_samplers;                  /* entries of samplers: min(tpool_size(pool), max_seqs) */
     struct req **reqs;               /* (n_reqs) live requests, arrival order */
     struct req **order;              /* (n_reqs) this step's priority order */
     int n_running;                   /* requests in REQ_STATE_RUNNING */
@@ -143,6 +148,11 @@ struct inferd_engine {
     int32_t *b_tokens, *b_pos, *b_seq; /* (token_budget) */
     bool *b_want;                      /* (token_budget) */
     struct req **b_out_req;            /* (token_budget) request of each logits row */
+    struct sampler_result *b_res;      /* (token_budget) sampled result of each logits row */
+    bool *b_mask_ok;                   /* (token_budget) row may be sampled (its grammar allows
+                                          a token) */
+    int b_n_out;                       /* logits rows of this step (sample_rows reads it) */
+    atomic_int b_next_row;             /* next row for a sample_rows thread to claim */
     struct constrain_job *b_jobs;      /* (token_budget) masks filled during the forward */
     struct req **b_job_req;            /* (token_budget) request of each job */
     const struct kv_seq **b_seqs;      /* (max_seqs) */
@@ -349,13 +359,19 @@ int inferd_engine_new(inferd_model *im, const struct inferd_engine_config *cfg_i
     e->pool = tpool_new(cfg.n_threads);
     rc = fwd_ctx_new(im->m, &e->kv, e->pool, cfg.token_budget, cfg.max_ctx, &e->fwd, &msg);
     if (rc) goto err_free;
-    e->sampler = sampler_new(hp->n_vocab);
+    /* No more samplers (~54 bytes a token each) than rows a step can have. */
+    e->n_samplers = MIN(tpool_size(e->pool), cfg.max_seqs);
+    e->samplers = xcalloc((size_t)e->n_samplers, sizeof(*e->samplers));
+    for (int i = 0; i < e->n_samplers; i++)
+        e->samplers[i] = sampler_new(hp->n_vocab);
     size_t B = (size_t)cfg.token_budget;
     e->b_tokens = xmalloc(sizeof(int32_t) * B);
     e->b_pos = xmalloc(sizeof(int32_t) * B);
     e->b_seq = xmalloc(sizeof(int32_t) * B);
     e->b_want = xmalloc(sizeof(bool) * B);
     e->b_out_req = xmalloc(sizeof(struct req *) * B);
+    e->b_res = xmalloc(sizeof(struct sampler_result) * B);
+    e->b_mask_ok = xmalloc(sizeof(bool) * B);
     e->b_jobs = xmalloc(sizeof(struct constrain_job) * B);
     e->b_job_req = xmalloc(sizeof(struct req *) * B);
     e->b_seqs = xmalloc(sizeof(struct kv_seq *) * (size_t)cfg.max_seqs);
@@ -393,7 +409,9 @@ void inferd_engine_free(inferd_engine *e)
     free(e->order);
     fwd_ctx_free(e->fwd);
     if (e->pool) tpool_free(e->pool);
-    if (e->sampler) sampler_free(e->sampler);
+    for (int i = 0; i < e->n_samplers; i++)
+        sampler_free(e->samplers[i]);
+    free(e->samplers);
     kv_prefix_release(&e->prefix); /* after the requests released their blocks */
     kv_pool_release(&e->kv);
     constrain_release(&e->constrain);
@@ -402,6 +420,8 @@ void inferd_engine_free(inferd_engine *e)
     free(e->b_seq);
     free(e->b_want);
     free(e->b_out_req);
+    free(e->b_res);
+    free(e->b_mask_ok);
     free(e->b_jobs);
     free(e->b_job_req);
     free(e->b_seqs);
@@ -798,6 +818,32 @@ static int by_priority(const void *pa, const void *pb)
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
+/* tpool_fn: samples the step's logits rows into b_res, each thread with its
+ * own sampler. Rows are claimed one at a time from a shared counter, so a
+ * thread that starts late (its core busy with another process) or rows of
+ * unequal cost (greedy, logprobs, masks) leave the others no idle wait. A
+ * row's result is a pure function of its logits and request (sampler.h), so
+ * which thread samples it changes no bit. Only reads request state: each
+ * request has one row per step, and tokens are appended after every row is
+ * sampled. */
+static void sample_rows(void *ctx, int ith, int nth)
+{
+    struct inferd_engine *e = ctx;
+    const int n_vocab = e->model->m->hp.n_vocab;
+    (void)nth;
+    if (ith >= e->n_samplers) return;
+    for (;;) {
+        int j = atomic_fetch_add_explicit(&e->b_next_row, 1, memory_order_relaxed);
+        if (j >= e->b_n_out) break;
+        if (!e->b_mask_ok[j]) continue;
+        const struct req *q = e->b_out_req[j];
+        int rc = sampler_sample(e->samplers[ith], &q->sp, e->logits + (size_t)j * n_vocab,
+                                q->tokens, q->n_prompt, q->tokens + q->n_prompt,
+                                q->n_tokens - q->n_prompt, q->n_tokens, &e->b_res[j]);
+        CHECK(rc == 0); /* parameters were validated at submit */
+    }
+}
+
 int inferd_engine_step(inferd_engine *e)
 {
     double t0 = time_now_s();
@@ -899,14 +945,26 @@ int inferd_engine_step(inferd_engine *e)
     }
     for (int j = 0; j < n_seqs; j++)
         commit_blocks(e, e->b_seq_req[j]);
-    const int n_vocab = e->model->m->hp.n_vocab;
+    /* Grammar masks first (the matchers are not thread-safe), then the rows
+     * are sampled on the compute threads, then the results are applied and
+     * the events pushed in row order. */
+    for (int j = 0; j < n_out; j++) {
+        tg = time_now_s();
+        e->b_mask_ok[j] = grammar_hook_mask(e->b_out_req[j]);
+        e->stats.grammar_mask_s += time_now_s() - tg;
+    }
+    e->b_n_out = n_out;
+    atomic_store_explicit(&e->b_next_row, 0, memory_order_relaxed);
+    tg = time_now_s();
+    if (n_out > 1 && e->n_samplers > 1)
+        tpool_run(e->pool, sample_rows, e);
+    else
+        sample_rows(e, 0, 1);
+    e->stats.sample_s += time_now_s() - tg;
     for (int j = 0; j < n_out; j++) {
         struct req *q = e->b_out_req[j];
-        struct sampler_result res;
-        tg = time_now_s();
-        bool mask_ok = grammar_hook_mask(q);
-        e->stats.grammar_mask_s += time_now_s() - tg;
-        if (!mask_ok) {
+        const struct sampler_result *res = &e->b_res[j];
+        if (!e->b_mask_ok[j]) {
             struct inferd_event *ev = push_event(e);
             ev->request = q->id;
             ev->token = -1;
@@ -914,23 +972,19 @@ int inferd_engine_step(inferd_engine *e)
             finish(e, q, INFERD_FINISH_ERROR, ev);
             continue;
         }
-        rc = sampler_sample(e->sampler, &q->sp, e->logits + (size_t)j * n_vocab, q->tokens,
-                            q->n_prompt, q->tokens + q->n_prompt, q->n_tokens - q->n_prompt,
-                            q->n_tokens, &res);
-        CHECK(rc == 0); /* parameters were validated at submit */
-        q->tokens[q->n_tokens++] = res.token;
+        q->tokens[q->n_tokens++] = res->token;
         e->stats.n_generated_tokens++;
         struct inferd_event *ev = push_event(e);
         ev->request = q->id;
-        ev->token = res.token;
-        ev->logprob = res.logprob;
-        ev->n_top = res.n_top;
-        for (int i = 0; i < res.n_top; i++) {
-            ev->top[i].token = res.top[i].token;
-            ev->top[i].logprob = res.top[i].logprob;
+        ev->token = res->token;
+        ev->logprob = res->logprob;
+        ev->n_top = res->n_top;
+        for (int i = 0; i < res->n_top; i++) {
+            ev->top[i].token = res->top[i].token;
+            ev->top[i].logprob = res->top[i].logprob;
         }
         ev->n_generated = q->n_tokens - q->n_prompt;
-        if (grammar_hook_done(q, res.token) || (!q->ignore_eos && is_eog(e->model, res.token)))
+        if (grammar_hook_done(q, res->token) || (!q->ignore_eos && is_eog(e->model, res->token)))
             finish(e, q, INFERD_FINISH_STOP, ev);
         else if (q->n_tokens - q->n_prompt >= q->max_tokens)
             finish(e, q, INFERD_FINISH_LENGTH, ev);

@@ -3,8 +3,12 @@
  *
  * Shape of one call (V = n_vocab):
  *
- *   raw_scan        one pass: the best raw tokens (the greedy answer when
- *                   nothing is penalized; the logprob alternatives)
+ *   raw_scan        the best raw tokens (the greedy answer when nothing is
+ *                   penalized; the logprob alternatives): one vectorized
+ *                   pass takes the best logit of each block of 64 ids
+ *                   (block_key; the max alone when that is all a call
+ *                   needs), and only blocks that beat the worst token kept
+ *                   so far are walked id by id
  *   build_overrides bias and penalties touch few tokens, so they are kept
  *                   sparse: ov[] holds (token, processed z), slot[token] finds
  *                   it. The logits are never copied.
@@ -13,7 +17,8 @@
  *   top-k > 0       heap of the k best (z, id) keys in one pass, sort the k
  *   top-k off       "lazy" path: one vectorized pass computes every weight
  *                   and its bucket floor(-8 t), a second counts tokens per
- *                   bucket; then buckets are gathered and sorted, in order,
+ *                   bucket (a block all in the last bucket by one compare
+ *                   per token); then buckets are gathered and sorted, in order,
  *                   only as deep as the top-p cut or the draw needs. The
  *                   bucket is monotone in z, so the tokens of buckets 0..b are
  *                   exactly a prefix of rank order:
@@ -23,7 +28,11 @@
  *
  *                   A gather skips whole blocks of 64 ids whose best bucket
  *                   is past the band, which for a peaked distribution is
- *                   nearly all of them.
+ *                   nearly all of them. A block whose best logit lies more
+ *                   than 87 below the top after temperature (t < -87, as
+ *                   under a +100 bias or a low temperature) weighs +0
+ *                   throughout (block_zero): its exps are not computed and
+ *                   the totals skip it, since adding +0 changes no bit.
  *   logprobs        one more pass (exp and a running sum over the raw
  *                   logits); the exp part is skipped when the lazy path's
  *                   weights are those very terms (T == 1, nothing touched)
@@ -79,6 +88,10 @@ struct sampler {
     float *w;                   /* (V) weight per token id; valid for this call's ranked tokens */
     uint8_t *bucket;            /* (V) weight bucket per token id, lazy path only */
     uint8_t *block_min;         /* (ceil(V / BLOCK)) least bucket in each block of BLOCK ids */
+    int32_t *block_key;         /* (ceil(V / BLOCK)) best raw order_key in each block, valid when
+                                   block_key_ok */
+    bool block_key_ok;          /* block_key holds this call's logits */
+    uint8_t *block_zero;        /* (ceil(V / BLOCK)) lazy path: every weight in the block is +0 */
     int32_t *rank;              /* (V) token ids in rank order; first n_ranked valid */
     int n_ranked;               /* ranked prefix length */
     int next_bucket;            /* lazy path: first bucket not yet gathered into rank */
@@ -142,13 +155,14 @@ static inline float clampf(float x)
 }
 
 /* The vocabulary-wide loops are IEEE basic operations only (no FMA: the
- * build has -ffp-contract=off), so an AVX2 clone computes exactly the bits of
- * the baseline SSE2 code, 8 lanes at a time instead of 4. The dynamic loader
- * picks the clone once, from the CPU (ifunc). */
+ * build has -ffp-contract=off), so an AVX-512 clone (x86-64-v4: F, BW, DQ,
+ * VL, for the byte loops) and an AVX2 clone compute exactly the bits of the
+ * baseline SSE2 code, 16 or 8 lanes at a time instead of 4. The dynamic
+ * loader picks the clone once, from the CPU (ifunc). */
 #ifndef VOCAB_LOOP /* -DVOCAB_LOOP= builds the baseline code only */
 #if defined(__x86_64__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
-#define VOCAB_LOOP __attribute__((target_clones("avx2", "default")))
+#define VOCAB_LOOP __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #endif
 #endif
 #endif
@@ -353,6 +367,8 @@ struct sampler *sampler_new(int n_vocab)
     s->w = xmalloc(v * sizeof(*s->w));
     s->bucket = xmalloc(v * sizeof(*s->bucket));
     s->block_min = xmalloc((v + BLOCK - 1) / BLOCK);
+    s->block_key = xmalloc((v + BLOCK - 1) / BLOCK * sizeof(*s->block_key));
+    s->block_zero = xmalloc((v + BLOCK - 1) / BLOCK);
     s->rank = xmalloc(v * sizeof(*s->rank));
     s->ids = xmalloc(v * sizeof(*s->ids));
     s->keys = xmalloc(v * sizeof(*s->keys));
@@ -372,6 +388,8 @@ void sampler_free(struct sampler *s)
     free(s->w);
     free(s->bucket);
     free(s->block_min);
+    free(s->block_key);
+    free(s->block_zero);
     free(s->rank);
     free(s->ids);
     free(s->keys);
@@ -422,20 +440,59 @@ static void top_raw_insert(struct top_raw *t, float v, int32_t id)
     if (t->n < t->cap) t->n++;
 }
 
-static void raw_scan(const float *x, int n_vocab, struct top_raw *t)
+/* The float order as integers (sign-magnitude to two's complement): x < y
+ * gives key(x) < key(y); the one difference is that +0 ranks above -0. */
+static inline int32_t order_key(float v)
+{
+    uint32_t u = fbits(v);
+    return (int32_t)(u ^ ((uint32_t)((int32_t)u >> 31) & 0x7fffffffu));
+}
+
+/* out[j] = the largest order_key of a finite logit among ids [j * BLOCK,
+ * (j + 1) * BLOCK), INT32_MIN when the block has none. */
+VOCAB_LOOP static void block_max_loop(const float *restrict x, int32_t *restrict out, int n)
+{
+    for (int j = 0; j * BLOCK < n; j++) {
+        int end = (j + 1) * BLOCK < n ? (j + 1) * BLOCK : n;
+        int32_t best = INT32_MIN;
+        for (int i = j * BLOCK; i < end; i++) {
+            uint32_t u = fbits(x[i]);
+            uint32_t fin = 0u - (uint32_t)is_finite(x[i]); /* all ones or zero */
+            uint32_t key = u ^ ((uint32_t)((int32_t)u >> 31) & 0x7fffffffu);
+            int32_t k = (int32_t)((key & fin) | (0x80000000u & ~fin));
+            best = k > best ? k : best;
+        }
+        out[j] = best;
+    }
+}
+
+/* The ids are visited in ascending order, as the definition reads; a block
+ * whose best key is not above the worst kept token's cannot hold a finite
+ * logit that beats it (the keys order like the floats, and the one place
+ * they differ, +0 over -0, only lets a block through), so only the rare
+ * blocks with a better token are walked one id at a time. */
+static void raw_scan(struct sampler *s, const float *x, int n_vocab, struct top_raw *t)
 {
     int i = 0;
     t->n = 0;
     for (; i < n_vocab && t->n < t->cap; i++)
         if (is_finite(x[i])) top_raw_insert(t, x[i], i);
-    float thr = t->n == t->cap ? t->z[t->cap - 1] : INFINITY; /* the worst kept */
-    for (; i < n_vocab; i++) {
-        float v = x[i];
-        /* A tie with the worst kept loses (higher id): strict >. */
-        if (__builtin_expect(v > thr, 0)) {
-            if (!is_finite(v)) continue;
-            top_raw_insert(t, v, i);
-            thr = t->z[t->cap - 1];
+    if (i >= n_vocab) return;
+    float thr = t->z[t->cap - 1]; /* the worst kept */
+    int32_t thr_key = order_key(thr);
+    block_max_loop(x, s->block_key, n_vocab);
+    s->block_key_ok = true;
+    for (int j = i / BLOCK; j * BLOCK < n_vocab; j++) {
+        if (s->block_key[j] <= thr_key) continue;
+        int end = (j + 1) * BLOCK < n_vocab ? (j + 1) * BLOCK : n_vocab;
+        for (int k = MAX(i, j * BLOCK); k < end; k++) {
+            float v = x[k];
+            /* A tie with the worst kept loses (higher id): strict >. */
+            if (v > thr && is_finite(v)) {
+                top_raw_insert(t, v, k);
+                thr = t->z[t->cap - 1];
+                thr_key = order_key(thr);
+            }
         }
     }
 }
@@ -475,19 +532,17 @@ static float ids_max(const float *x, const int32_t *ids, int n)
     return bitsf(u ^ ((uint32_t)((int32_t)u >> 31) & 0x7fffffffu));
 }
 
-/* The largest finite raw logit, or -inf if there is none. Floats compare
- * like these integer keys (sign-magnitude to two's complement), and an
- * integer max reduction vectorizes where a float one may not (NaN rules). */
-VOCAB_LOOP static float raw_max(const float *restrict x, int n)
+/* The largest finite raw logit, or -inf if there is none: the best of the
+ * block maxima, which the lazy path reuses. An integer max reduction
+ * vectorizes where a float one may not (NaN rules), and the keys order like
+ * the floats (+0 above -0). */
+static float raw_max(struct sampler *s, const float *x, int n)
 {
+    block_max_loop(x, s->block_key, n);
+    s->block_key_ok = true;
     int32_t best = INT32_MIN;
-    for (int i = 0; i < n; i++) {
-        uint32_t u = fbits(x[i]);
-        uint32_t fin = 0u - (uint32_t)is_finite(x[i]); /* all ones or zero */
-        uint32_t key = u ^ ((uint32_t)((int32_t)u >> 31) & 0x7fffffffu);
-        int32_t k = (int32_t)((key & fin) | (0x80000000u & ~fin)); /* INT32_MIN if not */
-        best = k > best ? k : best;
-    }
+    for (int j = 0; j * BLOCK < n; j++)
+        best = s->block_key[j] > best ? s->block_key[j] : best;
     if (best == INT32_MIN) return -INFINITY;
     uint32_t u = (uint32_t)best;
     return bitsf(u ^ ((uint32_t)((int32_t)u >> 31) & 0x7fffffffu));
@@ -695,18 +750,50 @@ static inline int bucket_of(float t)
     return (int)bitsf(u);
 }
 
-/* w[i] and bucket[i] of every token from its raw logit (touched tokens are
- * patched by the caller); non-candidates get 0 and BUCKET_NONE. */
+/* w[i] and bucket[i] of ids [i0, end) from their raw logits (touched tokens
+ * are patched by the caller); non-candidates get 0 and BUCKET_NONE. */
 VOCAB_LOOP static void weigh_loop(const float *restrict x, float *restrict w,
-                                  uint8_t *restrict bucket, int n, float m, float inv_temp)
+                                  uint8_t *restrict bucket, int i0, int end, float m,
+                                  float inv_temp)
 {
-    for (int i = 0; i < n; i++) {
+    for (int i = i0; i < end; i++) {
         float v = x[i];
         bool fin = is_finite(v);
         float t = keep_or_zero(fin, v - m) * inv_temp;
         w[i] = keep_or_zero(fin, exp_neg(t));
         bucket[i] = (uint8_t)((uint32_t)bucket_of(t) | (BUCKET_NONE & ((uint32_t)fin - 1u)));
     }
+}
+
+/* weigh_loop's answer for ids of +0 blocks (see zero_blocks): every weight
+ * +0, every candidate in the last bucket. */
+VOCAB_LOOP static void weigh_zero_loop(const float *restrict x, float *restrict w,
+                                       uint8_t *restrict bucket, int i0, int end)
+{
+    for (int i = i0; i < end; i++) {
+        bool fin = is_finite(x[i]);
+        w[i] = 0.0f;
+        bucket[i] = (uint8_t)((N_BUCKETS - 1) | (BUCKET_NONE & ((uint32_t)fin - 1u)));
+    }
+}
+
+/* zero[j] = every raw weight in block j is +0: its best finite logit (the
+ * block key) gives t < -87, exp_neg's cut, or it has none (the key then
+ * decodes to a NaN, which compares false). t = (v - m) * inv_temp is
+ * monotone in v, so the best decides for all. Returns how many. */
+VOCAB_LOOP static int zero_blocks(const int32_t *restrict key, uint8_t *restrict zero, int n_blocks,
+                                  float m, float inv_temp)
+{
+    int n = 0;
+    for (int j = 0; j < n_blocks; j++) {
+        uint32_t u = (uint32_t)key[j];
+        float v = bitsf(u ^ ((uint32_t)((int32_t)u >> 31) & 0x7fffffffu));
+        float t = (v - m) * inv_temp;
+        uint8_t z = (uint8_t)((key[j] == INT32_MIN) | (t < -87.0f));
+        zero[j] = z;
+        n += z;
+    }
+    return n;
 }
 
 VOCAB_LOOP static void block_min_loop(const uint8_t *restrict bucket, uint8_t *restrict out, int n)
@@ -734,16 +821,39 @@ static inline double lanes_add(const double *acc)
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-VOCAB_LOOP static double sum_lanes(const float *restrict w, int n, float min_p)
+/* Adds ids [i0, end) into the lanes; i0 is a multiple of SUM_LANES. */
+VOCAB_LOOP static void sum_lanes(const float *restrict w, int i0, int end, float min_p,
+                                 double *restrict lanes)
 {
-    double acc[SUM_LANES] = {0};
-    int i = 0;
-    for (; i + SUM_LANES <= n; i += SUM_LANES)
+    double acc[SUM_LANES];
+    for (int l = 0; l < SUM_LANES; l++)
+        acc[l] = lanes[l];
+    int i = i0;
+    for (; i + SUM_LANES <= end; i += SUM_LANES)
         for (int l = 0; l < SUM_LANES; l++)
             acc[l] += keep_or_zero(w[i + l] >= min_p, w[i + l]);
-    for (; i < n; i++)
+    for (; i < end; i++)
         acc[i % SUM_LANES] += keep_or_zero(w[i] >= min_p, w[i]);
-    return lanes_add(acc);
+    for (int l = 0; l < SUM_LANES; l++)
+        lanes[l] = acc[l];
+}
+
+/* The total of every id (lazy path). A block of +0 weights would add +0 to
+ * each lane (never -0: the lanes start at +0 and only grow), which changes
+ * no bit, so only the runs of other blocks are summed. BLOCK is a multiple
+ * of SUM_LANES, so lane = id mod 8 still. */
+static double total_all(const struct sampler *s, float min_p)
+{
+    double lanes[SUM_LANES] = {0};
+    int V = s->n_vocab, n_blocks = (V + BLOCK - 1) / BLOCK;
+    for (int j = 0; j < n_blocks;) {
+        int k = j;
+        while (k < n_blocks && s->block_zero[k] == s->block_zero[j])
+            k++;
+        if (!s->block_zero[j]) sum_lanes(s->w, j * BLOCK, MIN(k * BLOCK, V), min_p, lanes);
+        j = k;
+    }
+    return lanes_add(lanes);
 }
 
 /* The same total over an explicit set of ids, already sorted ascending. */
@@ -766,30 +876,61 @@ static void weigh_all(struct sampler *s, const struct call *c, double *w_all, do
     uint8_t *bucket = s->bucket;
     float m = c->m, inv_temp = c->inv_temp, min_p = c->min_p;
     int V = s->n_vocab;
-    weigh_loop(c->x, w, bucket, V, m, inv_temp);
+    int n_blocks = (V + BLOCK - 1) / BLOCK;
+    if (!s->block_key_ok) block_max_loop(c->x, s->block_key, V);
+    int n_zero = zero_blocks(s->block_key, s->block_zero, n_blocks, m, inv_temp);
+    if (n_zero == 0) {
+        weigh_loop(c->x, w, bucket, 0, V, m, inv_temp);
+    } else { /* runs of +0 blocks and of the others */
+        for (int j = 0; j < n_blocks;) {
+            int k = j;
+            while (k < n_blocks && s->block_zero[k] == s->block_zero[j])
+                k++;
+            int i0 = j * BLOCK, end = MIN(k * BLOCK, V);
+            if (s->block_zero[j])
+                weigh_zero_loop(c->x, w, bucket, i0, end);
+            else
+                weigh_loop(c->x, w, bucket, i0, end, m, inv_temp);
+            j = k;
+        }
+    }
     for (int k = 0; k < s->n_ov; k++) {
         float t = (s->ov[k].z - m) * inv_temp;
         w[s->ov[k].token] = exp_neg(t);
         bucket[s->ov[k].token] = (uint8_t)bucket_of(t);
+        s->block_zero[s->ov[k].token / BLOCK] = 0;
     }
     block_min_loop(bucket, s->block_min, V);
-    *w_all = sum_lanes(w, V, 0.0f);
-    *w_min = min_p > 0.0f ? sum_lanes(w, V, min_p) : *w_all;
+    *w_all = total_all(s, 0.0f);
+    *w_min = min_p > 0.0f ? total_all(s, min_p) : *w_all;
 
-    /* Token counts per bucket: extend() estimates masses from them. Four
-     * interleaved copies break the store-to-load chain that a run of one
-     * bucket would make. */
+    /* Token counts per bucket: extend() estimates masses from them. A block
+     * whose least bucket is the last one (all its tokens below e^-15.9, or
+     * not candidates) only needs its non-candidates counted, which
+     * vectorizes; for a peaked distribution, or a +100 bias, that is nearly
+     * every block. Elsewhere four interleaved copies break the
+     * store-to-load chain that a run of one bucket would make. */
     int32_t hist_n[4][256];
     memset(hist_n, 0, sizeof(hist_n));
-    int i = 0;
-    for (; i + 4 <= V; i += 4) {
-        hist_n[0][bucket[i]]++;
-        hist_n[1][bucket[i + 1]]++;
-        hist_n[2][bucket[i + 2]]++;
-        hist_n[3][bucket[i + 3]]++;
+    for (int j = 0; j * BLOCK < V; j++) {
+        int i = j * BLOCK, end = (j + 1) * BLOCK < V ? (j + 1) * BLOCK : V;
+        if (s->block_min[j] >= N_BUCKETS - 1) {
+            int n_none = 0;
+            for (int k = i; k < end; k++)
+                n_none += bucket[k] == BUCKET_NONE;
+            hist_n[0][BUCKET_NONE] += n_none;
+            hist_n[0][N_BUCKETS - 1] += end - i - n_none;
+            continue;
+        }
+        for (; i + 4 <= end; i += 4) {
+            hist_n[0][bucket[i]]++;
+            hist_n[1][bucket[i + 1]]++;
+            hist_n[2][bucket[i + 2]]++;
+            hist_n[3][bucket[i + 3]]++;
+        }
+        for (; i < end; i++)
+            hist_n[0][bucket[i]]++;
     }
-    for (; i < V; i++)
-        hist_n[0][bucket[i]]++;
     for (int b = 0; b < 256; b++)
         s->hist_n[b] = hist_n[0][b] + hist_n[1][b] + hist_n[2][b] + hist_n[3][b];
     s->n_ranked = 0;
@@ -1083,6 +1224,7 @@ int sampler_sample(struct sampler *s, const struct sampler_params *p, const floa
     if (rc) return rc;
     if (n_prompt < 0 || n_generated < 0 || position < 0) return ERR_INVALID;
     if ((n_prompt > 0 && !prompt) || (n_generated > 0 && !generated)) return ERR_INVALID;
+    s->block_key_ok = false;
     /* Disallowed tokens become -inf: never chosen whatever their bias, and
      * absent from the logprob normalizer. A sparse mask also lists its ids,
      * and every later step walks only those (n_allow >= 0). */
@@ -1108,12 +1250,12 @@ int sampler_sample(struct sampler *s, const struct sampler_params *p, const floa
     float m;
     int32_t best = -1;
     if (p->temperature > 0.0f && s->n_ov == 0 && !p->logprobs) {
-        m = allow ? ids_max(logits, allow, n_allow) : raw_max(logits, s->n_vocab);
+        m = allow ? ids_max(logits, allow, n_allow) : raw_max(s, logits, s->n_vocab);
     } else {
         if (allow)
             raw_scan_ids(logits, allow, n_allow, &top);
         else
-            raw_scan(logits, s->n_vocab, &top);
+            raw_scan(s, logits, s->n_vocab, &top);
         best = best_processed(s, logits, &top);
         m = best >= 0 ? zval(s, logits, best) : -INFINITY;
     }

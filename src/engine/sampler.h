@@ -55,7 +55,8 @@
  * are sorted (each bucket is a rank-order prefix, so results equal the
  * full-sort definition bit for bit). Greedy is one pass (two when a penalty
  * or bias touches the raw best token). The loops over the vocabulary are
- * vectorized, with an AVX2 clone picked at load time that gives the same bits.
+ * vectorized, with AVX-512 and AVX2 clones picked at load time that give the
+ * same bits.
  * exp and log are computed here from IEEE basic operations, not libm, and
  * the build forbids FMA contraction, so tokens and logprobs come out the same
  * on every machine and compiler.
@@ -82,9 +83,10 @@
  * allocates. Parameters and token arrays are caller-owned and only read during
  * the call.
  *
- * Thread safety: a sampler is used by one thread at a time (one per engine
- * thread); different samplers are independent. sampler_params_* and
- * sampler_uniform are pure.
+ * Thread safety: a sampler is used by one thread at a time (the engine keeps
+ * one per compute thread); different samplers are independent, and which
+ * one samples a row changes no bit. sampler_params_* and sampler_uniform are
+ * pure.
  */
 #ifndef INFERD_ENGINE_SAMPLER_H
 #define INFERD_ENGINE_SAMPLER_H

@@ -367,6 +367,67 @@ static void reference(const int32_t *p, int n, int max_tokens, uint64_t seed, st
 
 static struct result res_a, res_b, ref_a;
 
+/* Eight requests with every kind of sampling knob decode together; the rows
+ * of a step are sampled on the engine's compute threads. One thread or two,
+ * the events must be bitwise the same and come in the same order. */
+TEST(sampling_on_one_or_two_threads_gives_the_same_events)
+{
+    enum { N = 8, MAX_EV = 1024 };
+    static struct inferd_event evs[2][MAX_EV];
+    int n_ev[2] = {0, 0};
+    const struct inferd_logit_bias bias[3] = {{7, 100.0f}, {40, -100.0f}, {91, 2.5f}};
+    for (int mode = 0; mode < 2; mode++) {
+        struct inferd_engine_config cfg = cfg_of(64, 64, N);
+        cfg.n_threads = mode + 1;
+        inferd_engine *e = NULL;
+        char err[256];
+        EXPECT_EQ_INT(inferd_engine_new(model, &cfg, &e, err, sizeof(err)), 0);
+        for (int k = 0; k < N; k++) {
+            int32_t p[12];
+            prompt_of(p, 12, 6, k);
+            struct inferd_request r = {
+                .prompt = p, .n_prompt = 12, .max_tokens = 24, .ignore_eos = true};
+            inferd_sampling_default(&r.sampling);
+            r.sampling.seed = 900 + (uint64_t)k;
+            r.sampling.logprobs = k % 2 == 0;
+            r.sampling.n_logprobs = k % 2 == 0 ? 1 + k : 0;
+            r.sampling.temperature = (float[]){1.0f, 0.0f, 0.7f, 1.3f}[k % 4];
+            if (k == 2) r.sampling.top_k = 20;
+            if (k == 3) r.sampling.top_p = 0.8f;
+            if (k == 4) r.sampling.min_p = 0.05f;
+            if (k == 5) r.sampling.repetition_penalty = 1.3f;
+            if (k == 6) r.sampling.presence_penalty = 0.5f, r.sampling.frequency_penalty = 0.3f;
+            if (k == 7 || k == 4) r.sampling.logit_bias = bias, r.sampling.n_logit_bias = 3;
+            uint64_t id;
+            EXPECT_EQ_INT(inferd_submit(e, &r, &id, err, sizeof(err)), 0);
+        }
+        int finished = 0;
+        for (int guard = 0; guard < 1000 && finished < N; guard++) {
+            EXPECT(inferd_engine_step(e) >= 0);
+            struct inferd_event ev;
+            while (inferd_poll(e, &ev)) {
+                if (n_ev[mode] < MAX_EV) evs[mode][n_ev[mode]++] = ev;
+                finished += ev.finish != INFERD_FINISH_NONE;
+            }
+        }
+        EXPECT_EQ_INT(finished, N);
+        inferd_engine_free(e);
+    }
+    EXPECT_EQ_INT(n_ev[0], N * 24);
+    EXPECT_EQ_INT(n_ev[0], n_ev[1]);
+    for (int i = 0; i < n_ev[0] && i < n_ev[1]; i++) {
+        const struct inferd_event *a = &evs[0][i], *b = &evs[1][i];
+        EXPECT(a->request - evs[0][0].request == b->request - evs[1][0].request);
+        EXPECT_EQ_INT(a->token, b->token);
+        EXPECT_EQ_INT(a->finish, b->finish);
+        EXPECT(memcmp(&a->logprob, &b->logprob, sizeof(float)) == 0);
+        EXPECT_EQ_INT(a->n_top, b->n_top);
+        for (int k = 0; k < a->n_top && k < b->n_top; k++)
+            EXPECT(a->top[k].token == b->top[k].token &&
+                   memcmp(&a->top[k].logprob, &b->top[k].logprob, sizeof(float)) == 0);
+    }
+}
+
 TEST(prefix_hit_is_bitwise_a_miss)
 {
     int32_t p[100];

@@ -65,6 +65,7 @@ static void setup(void)
 }
 
 static bool inline_masks; /* engines made by engine() fill masks inline */
+static int n_threads = 1; /* compute threads of engines made by engine() */
 
 static inferd_engine *engine(void)
 {
@@ -72,7 +73,7 @@ static inferd_engine *engine(void)
     struct inferd_engine_config cfg;
     inferd_engine_config_default(&cfg);
     cfg.grammar_inline = inline_masks;
-    cfg.n_threads = 1;
+    cfg.n_threads = n_threads;
     cfg.max_ctx = 512;
     cfg.max_seqs = 8;
     inferd_engine *e;
@@ -234,9 +235,10 @@ TEST(same_tokens_alone_and_in_a_crowd)
     inferd_engine_free(e);
 }
 
-/* Masks filled by the helper thread during the forward and inline after it
- * give bitwise the same events, for requests sampling together. */
-TEST(same_output_with_and_without_overlap)
+/* Masks filled by the helper thread during the forward and inline after it,
+ * and rows sampled on one compute thread or spread over two, give bitwise
+ * the same events in the same order, for requests sampling together. */
+TEST(same_output_with_and_without_overlap_or_threads)
 {
     static const struct {
         enum inferd_grammar_kind kind;
@@ -249,10 +251,11 @@ TEST(same_output_with_and_without_overlap)
          "\"k\":{\"type\":\"integer\",\"multipleOf\":3}},\"required\":[\"n\",\"k\"]}"},
         {INFERD_GRAMMAR_EBNF, "root ::= (\"yes\" | \"no\") (\",\" [0-9]{1,3}){0,3}"},
     };
-    static struct inferd_event evs[2][4096];
-    int n_ev[2] = {0, 0};
-    for (int mode = 0; mode < 2; mode++) {
+    static struct inferd_event evs[3][4096];
+    int n_ev[3] = {0, 0, 0};
+    for (int mode = 0; mode < 3; mode++) {
         inline_masks = mode == 1;
+        n_threads = mode == 2 ? 2 : 1;
         inferd_engine *e = engine();
         uint64_t ids[4];
         char err[512];
@@ -272,18 +275,21 @@ TEST(same_output_with_and_without_overlap)
         inferd_engine_free(e);
     }
     inline_masks = false;
+    n_threads = 1;
     EXPECT(n_ev[0] > 20);
-    EXPECT_EQ_INT(n_ev[0], n_ev[1]);
-    for (int i = 0; i < n_ev[0] && i < n_ev[1]; i++) {
-        const struct inferd_event *a = &evs[0][i], *b = &evs[1][i];
-        EXPECT(a->request - evs[0][0].request == b->request - evs[1][0].request);
-        EXPECT_EQ_INT(a->token, b->token);
-        EXPECT_EQ_INT(a->finish, b->finish);
-        EXPECT(memcmp(&a->logprob, &b->logprob, sizeof(float)) == 0);
-        EXPECT_EQ_INT(a->n_top, b->n_top);
-        for (int k = 0; k < a->n_top && k < b->n_top; k++)
-            EXPECT(a->top[k].token == b->top[k].token &&
-                   memcmp(&a->top[k].logprob, &b->top[k].logprob, sizeof(float)) == 0);
+    for (int mode = 1; mode < 3; mode++) {
+        EXPECT_EQ_INT(n_ev[0], n_ev[mode]);
+        for (int i = 0; i < n_ev[0] && i < n_ev[mode]; i++) {
+            const struct inferd_event *a = &evs[0][i], *b = &evs[mode][i];
+            EXPECT(a->request - evs[0][0].request == b->request - evs[mode][0].request);
+            EXPECT_EQ_INT(a->token, b->token);
+            EXPECT_EQ_INT(a->finish, b->finish);
+            EXPECT(memcmp(&a->logprob, &b->logprob, sizeof(float)) == 0);
+            EXPECT_EQ_INT(a->n_top, b->n_top);
+            for (int k = 0; k < a->n_top && k < b->n_top; k++)
+                EXPECT(a->top[k].token == b->top[k].token &&
+                       memcmp(&a->top[k].logprob, &b->top[k].logprob, sizeof(float)) == 0);
+        }
     }
 }
 
