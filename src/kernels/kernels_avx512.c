@@ -1685,90 +1685,107 @@ static void kv_dot_avx512(enum dtype kv, const void *kt, int ld, int n_rows, con
     kv_dot_heads_avx512(kv, kt, ld, n_rows, q, 0, 1, d, out, 0);
 }
 
-/* Columns [e, e + 32) of H <= KVH_ACC heads over n_rows rows; `full`: all
- * 32 columns exist (no masks), else the masks cover a last slice narrower
- * than 32. Each row is converted once for all H heads; 2 x H accumulators. */
-AI void kv_acc32_heads(const int kv, const char *v, size_t stride, int n_rows, const float *w,
-                       int ldw, const int H, int e, const int full, const __mmask16 m[2],
-                       float *out, int ldo)
+/* Columns [e, e + 16 NV) of H heads over n_rows rows, NV x H <= 16
+ * accumulators: each row is converted once for all H heads. `full`: all
+ * 16 NV columns exist (no masks), else the masks cover a last slice
+ * narrower than that (a slice past d, mask 0, computes zeros never stored).
+ * Few heads take 4 vectors (enough independent chains per row), more heads
+ * 2 (16 accumulators at most); the bits are the same either way. */
+AI void kv_acc_heads(const int kv, const char *v, size_t stride, int n_rows, const float *w,
+                     int ldw, const int H, const int NV, int e, const int full,
+                     const __mmask16 m[4], float *out, int ldo)
 {
-    __m512 o0[KVH_ACC], o1[KVH_ACC];
-    _Pragma("GCC unroll 8") for (int h = 0; h < H; h++)
-    {
-        float *oh = out + (size_t)h * ldo + e;
-        o0[h] = full ? _mm512_loadu_ps(oh) : _mm512_maskz_loadu_ps(m[0], oh);
-        o1[h] = full ? _mm512_loadu_ps(oh + 16) : _mm512_maskz_loadu_ps(m[1], oh + 16);
-    }
+    __m512 o0[KVH_ACC], o1[KVH_ACC], o2[4], o3[4];
+#define KV_ACC_COLS(F)                                                                             \
+    do {                                                                                           \
+        F(o0, 0);                                                                                  \
+        F(o1, 1);                                                                                  \
+        if (NV == 4) {                                                                             \
+            F(o2, 2);                                                                              \
+            F(o3, 3);                                                                              \
+        }                                                                                          \
+    } while (0)
+#define KV_ACC_LOAD(o, c)                                                                          \
+    _Pragma("GCC unroll 8") for (int h = 0; h < H; h++) o[h] =                                     \
+        full ? _mm512_loadu_ps(out + (size_t)h * ldo + e + 16 * (c))                               \
+             : _mm512_maskz_loadu_ps(m[c], out + (size_t)h * ldo + e + 16 * (c))
+    KV_ACC_COLS(KV_ACC_LOAD);
     for (int j = 0; j < n_rows; j++) {
         const char *row = v + (size_t)j * stride;
-        __m512 v0 = full ? ldkv16(kv, row, e) : ldkv(kv, row, e, m[0]);
-        __m512 v1 = full ? ldkv16(kv, row, e + 16) : ldkv(kv, row, e + 16, m[1]);
-        /* a slice past d (mask 0) computes zeros that are never stored */
+        __m512 vc[4];
+        for (int c = 0; c < NV; c++)
+            vc[c] = full ? ldkv16(kv, row, e + 16 * c) : ldkv(kv, row, e + 16 * c, m[c]);
         _Pragma("GCC unroll 8") for (int h = 0; h < H; h++)
         {
             __m512 wj = _mm512_set1_ps(w[(size_t)h * ldw + j]);
-            o0[h] = _mm512_fmadd_ps(wj, v0, o0[h]);
-            o1[h] = _mm512_fmadd_ps(wj, v1, o1[h]);
+            o0[h] = _mm512_fmadd_ps(wj, vc[0], o0[h]);
+            o1[h] = _mm512_fmadd_ps(wj, vc[1], o1[h]);
+            if (NV == 4) {
+                o2[h] = _mm512_fmadd_ps(wj, vc[2], o2[h]);
+                o3[h] = _mm512_fmadd_ps(wj, vc[3], o3[h]);
+            }
         }
     }
-    _Pragma("GCC unroll 8") for (int h = 0; h < H; h++)
-    {
-        float *oh = out + (size_t)h * ldo + e;
-        if (full) {
-            _mm512_storeu_ps(oh, o0[h]);
-            _mm512_storeu_ps(oh + 16, o1[h]);
-        } else {
-            _mm512_mask_storeu_ps(oh, m[0], o0[h]);
-            _mm512_mask_storeu_ps(oh + 16, m[1], o1[h]);
-        }
+#define KV_ACC_STORE(o, c)                                                                         \
+    _Pragma("GCC unroll 8") for (int h = 0; h < H; h++)                                            \
+    {                                                                                              \
+        if (full)                                                                                  \
+            _mm512_storeu_ps(out + (size_t)h * ldo + e + 16 * (c), o[h]);                          \
+        else                                                                                       \
+            _mm512_mask_storeu_ps(out + (size_t)h * ldo + e + 16 * (c), m[c], o[h]);               \
     }
+    KV_ACC_COLS(KV_ACC_STORE);
+#undef KV_ACC_COLS
+#undef KV_ACC_LOAD
+#undef KV_ACC_STORE
 }
 
-/* H and `full` as constants, so each case keeps its accumulators in registers */
+/* H, the width and `full` as constants, so each case keeps its accumulators
+ * in registers: up to 4 heads over 64 columns, 5 to 8 over 32. */
 #define KVH_ACC_H(kvt, full)                                                                       \
     switch (H) {                                                                                   \
     case 1:                                                                                        \
-        kv_acc32_heads(kvt, v, stride, n_rows, w, ldw, 1, e, full, m, out, ldo);                   \
+        kv_acc_heads(kvt, v, stride, n_rows, w, ldw, 1, 4, e, full, m, out, ldo);                  \
         break;                                                                                     \
     case 2:                                                                                        \
-        kv_acc32_heads(kvt, v, stride, n_rows, w, ldw, 2, e, full, m, out, ldo);                   \
+        kv_acc_heads(kvt, v, stride, n_rows, w, ldw, 2, 4, e, full, m, out, ldo);                  \
         break;                                                                                     \
     case 3:                                                                                        \
-        kv_acc32_heads(kvt, v, stride, n_rows, w, ldw, 3, e, full, m, out, ldo);                   \
+        kv_acc_heads(kvt, v, stride, n_rows, w, ldw, 3, 4, e, full, m, out, ldo);                  \
         break;                                                                                     \
     case 4:                                                                                        \
-        kv_acc32_heads(kvt, v, stride, n_rows, w, ldw, 4, e, full, m, out, ldo);                   \
+        kv_acc_heads(kvt, v, stride, n_rows, w, ldw, 4, 4, e, full, m, out, ldo);                  \
         break;                                                                                     \
     case 5:                                                                                        \
-        kv_acc32_heads(kvt, v, stride, n_rows, w, ldw, 5, e, full, m, out, ldo);                   \
+        kv_acc_heads(kvt, v, stride, n_rows, w, ldw, 5, 2, e, full, m, out, ldo);                  \
         break;                                                                                     \
     case 6:                                                                                        \
-        kv_acc32_heads(kvt, v, stride, n_rows, w, ldw, 6, e, full, m, out, ldo);                   \
+        kv_acc_heads(kvt, v, stride, n_rows, w, ldw, 6, 2, e, full, m, out, ldo);                  \
         break;                                                                                     \
     case 7:                                                                                        \
-        kv_acc32_heads(kvt, v, stride, n_rows, w, ldw, 7, e, full, m, out, ldo);                   \
+        kv_acc_heads(kvt, v, stride, n_rows, w, ldw, 7, 2, e, full, m, out, ldo);                  \
         break;                                                                                     \
     default:                                                                                       \
-        kv_acc32_heads(kvt, v, stride, n_rows, w, ldw, 8, e, full, m, out, ldo);                   \
+        kv_acc_heads(kvt, v, stride, n_rows, w, ldw, 8, 2, e, full, m, out, ldo);                  \
         break;                                                                                     \
     }
 #define KVH_ACC_CASE(kvt)                                                                          \
-    if (m[1] == 0xffff) {                                                                          \
+    if (m[H <= 4 ? 3 : 1] == 0xffff) {                                                             \
         KVH_ACC_H(kvt, 1)                                                                          \
     } else {                                                                                       \
         KVH_ACC_H(kvt, 0)                                                                          \
     }
 
-static __attribute__((noinline)) void kv_acc32_f16(const char *v, size_t stride, int n_rows,
-                                                   const float *w, int ldw, int H, int e,
-                                                   const __mmask16 m[2], float *out, int ldo)
+static __attribute__((noinline)) void kv_acc_f16(const char *v, size_t stride, int n_rows,
+                                                 const float *w, int ldw, int H, int e,
+                                                 const __mmask16 m[4], float *out, int ldo)
 {
     KVH_ACC_CASE(DTYPE_F16)
 }
 
-static __attribute__((noinline)) void kv_acc32_any(int kv, const char *v, size_t stride, int n_rows,
-                                                   const float *w, int ldw, int H, int e,
-                                                   const __mmask16 m[2], float *out, int ldo)
+static __attribute__((noinline)) void kv_acc_any(int kv, const char *v, size_t stride, int n_rows,
+                                                 const float *w, int ldw, int H, int e,
+                                                 const __mmask16 m[4], float *out, int ldo)
 {
     if (kv == DTYPE_F32) {
         KVH_ACC_CASE(DTYPE_F32)
@@ -1780,22 +1797,26 @@ static __attribute__((noinline)) void kv_acc32_any(int kv, const char *v, size_t
 static void kv_accum_heads_avx512(enum dtype kv, const void *v, size_t stride, int n_rows,
                                   const float *w, int ldw, int n_heads, int d, float *out, int ldo)
 {
-    /* heads in near-equal groups of at most KVH_ACC */
+    /* heads in near-equal groups of at most KVH_ACC; a group's width is 64
+     * columns up to 4 heads, else 32 */
     const int n_groups = (n_heads + KVH_ACC - 1) / KVH_ACC;
-    for (int e = 0; e < d; e += 32) {
-        __mmask16 m[2];
-        for (int c = 0; c < 2; c++) {
-            int left = d - e - 16 * c;
-            m[c] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
-        }
-        for (int g = 0; g < n_groups; g++) {
-            int h0 = g * n_heads / n_groups, H = (g + 1) * n_heads / n_groups - h0;
-            const float *wh = w + (size_t)h0 * ldw;
-            float *oh = out + (size_t)h0 * ldo;
+    for (int g = 0; g < n_groups; g++) {
+        int h0 = g * n_heads / n_groups, H = (g + 1) * n_heads / n_groups - h0;
+        const int width = H <= 4 ? 64 : 32;
+        const float *wh = w + (size_t)h0 * ldw;
+        float *oh = out + (size_t)h0 * ldo;
+        for (int e = 0; e < d; e += width) {
+            __mmask16 m[4];
+            for (int c = 0; c < 4; c++) {
+                int left = d - e - 16 * c;
+                m[c] = 16 * c >= width || left <= 0 ? 0
+                       : left >= 16                 ? (__mmask16)0xffff
+                                                    : (__mmask16)((1u << left) - 1);
+            }
             if (kv == DTYPE_F16)
-                kv_acc32_f16(v, stride, n_rows, wh, ldw, H, e, m, oh, ldo);
+                kv_acc_f16(v, stride, n_rows, wh, ldw, H, e, m, oh, ldo);
             else
-                kv_acc32_any(kv, v, stride, n_rows, wh, ldw, H, e, m, oh, ldo);
+                kv_acc_any(kv, v, stride, n_rows, wh, ldw, H, e, m, oh, ldo);
         }
     }
 }
