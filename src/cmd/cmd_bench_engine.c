@@ -50,8 +50,8 @@ static int32_t rand_tok(int n_vocab)
 /* Submits a request of n_prompt random tokens whose first n_shared come
  * from a fixed stream (the same for every request: a shared prefix, which the
  * prefix cache serves after the first); greedy, max_tokens as given. */
-static int submit_random(inferd_engine *e, int n_vocab, int n_prompt, int n_shared,
-                         int max_tokens, uint64_t *id)
+static int submit_random(inferd_engine *e, int n_vocab, int n_prompt, int n_shared, int max_tokens,
+                         uint64_t *id)
 {
     int32_t *p = xmalloc(sizeof(int32_t) * (size_t)n_prompt);
     uint64_t shared = 0x5eed;
