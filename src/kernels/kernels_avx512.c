@@ -1605,45 +1605,59 @@ AI void kvt_dot16_heads(const int kv, const char *kt, size_t dim, __mmask16 m, c
         _mm512_add_ps(_mm512_add_ps(c0[h], c1[h]), _mm512_add_ps(c2[h], c3[h])));
 }
 
-/* H (and a whole-vector mask) as constants, so each case keeps its
- * accumulators in registers and loads whole vectors without masks */
-#define KVT_DOT_H(kvt, mask)                                                                       \
+/* One case per head count 1..8 (8 also takes more), so that CALL(h) sees
+ * the count as a constant and each instance keeps its accumulators in
+ * registers. Shared by q.K and the V sum. */
+#define HEADS_SWITCH(H, CALL)                                                                      \
     switch (H) {                                                                                   \
     case 1:                                                                                        \
-        kvt_dot16_heads(kvt, kt, dim, mask, q, ldq, 1, d, out, ldo);                               \
+        CALL(1);                                                                                   \
         break;                                                                                     \
     case 2:                                                                                        \
-        kvt_dot16_heads(kvt, kt, dim, mask, q, ldq, 2, d, out, ldo);                               \
+        CALL(2);                                                                                   \
         break;                                                                                     \
     case 3:                                                                                        \
-        kvt_dot16_heads(kvt, kt, dim, mask, q, ldq, 3, d, out, ldo);                               \
+        CALL(3);                                                                                   \
         break;                                                                                     \
     case 4:                                                                                        \
-        kvt_dot16_heads(kvt, kt, dim, mask, q, ldq, 4, d, out, ldo);                               \
+        CALL(4);                                                                                   \
         break;                                                                                     \
     case 5:                                                                                        \
-        kvt_dot16_heads(kvt, kt, dim, mask, q, ldq, 5, d, out, ldo);                               \
+        CALL(5);                                                                                   \
         break;                                                                                     \
     case 6:                                                                                        \
-        kvt_dot16_heads(kvt, kt, dim, mask, q, ldq, 6, d, out, ldo);                               \
+        CALL(6);                                                                                   \
+        break;                                                                                     \
+    case 7:                                                                                        \
+        CALL(7);                                                                                   \
         break;                                                                                     \
     default:                                                                                       \
-        kvt_dot16_heads(kvt, kt, dim, mask, q, ldq, 7, d, out, ldo);                               \
+        CALL(8);                                                                                   \
         break;                                                                                     \
     }
 
+/* q.K for kv type kvt_ and mask mk_ (locals of the case below, constants
+ * once inlined); the dispatch never passes more than KVH_DOT heads. */
+#define KVT_DOT_CALL(h)                                                                            \
+    kvt_dot16_heads(kvt_, kt, dim, mk_, q, ldq, (h) < KVH_DOT ? (h) : KVH_DOT, d, out, ldo)
+/* A whole-vector mask as a constant, so full panels load without masks. */
 #define KVT_DOT_CASE(kvt)                                                                          \
-    if (m == 0xffff) {                                                                             \
-        KVT_DOT_H(kvt, (__mmask16)0xffff)                                                          \
-    } else {                                                                                       \
-        KVT_DOT_H(kvt, m)                                                                          \
-    }
+    do {                                                                                           \
+        const int kvt_ = (kvt);                                                                    \
+        if (m == 0xffff) {                                                                         \
+            const __mmask16 mk_ = 0xffff;                                                          \
+            HEADS_SWITCH(H, KVT_DOT_CALL)                                                          \
+        } else {                                                                                   \
+            const __mmask16 mk_ = m;                                                               \
+            HEADS_SWITCH(H, KVT_DOT_CALL)                                                          \
+        }                                                                                          \
+    } while (0)
 
 static __attribute__((noinline)) void kvt_dot16_f16(const char *kt, size_t dim, __mmask16 m,
                                                     const float *q, int ldq, int H, int d,
                                                     float *out, int ldo)
 {
-    KVT_DOT_CASE(DTYPE_F16)
+    KVT_DOT_CASE(DTYPE_F16);
 }
 
 static __attribute__((noinline)) void kvt_dot16_any(int kv, const char *kt, size_t dim, __mmask16 m,
@@ -1651,9 +1665,9 @@ static __attribute__((noinline)) void kvt_dot16_any(int kv, const char *kt, size
                                                     float *out, int ldo)
 {
     if (kv == DTYPE_F32) {
-        KVT_DOT_CASE(DTYPE_F32)
+        KVT_DOT_CASE(DTYPE_F32);
     } else {
-        KVT_DOT_CASE(DTYPE_BF16)
+        KVT_DOT_CASE(DTYPE_BF16);
     }
 }
 
@@ -1740,47 +1754,27 @@ AI void kv_acc_heads(const int kv, const char *v, size_t stride, int n_rows, con
 #undef KV_ACC_STORE
 }
 
-/* H, the width and `full` as constants, so each case keeps its accumulators
- * in registers: up to 4 heads over 64 columns, 5 to 8 over 32. */
-#define KVH_ACC_H(kvt, full)                                                                       \
-    switch (H) {                                                                                   \
-    case 1:                                                                                        \
-        kv_acc_heads(kvt, v, stride, n_rows, w, ldw, 1, 4, e, full, m, out, ldo);                  \
-        break;                                                                                     \
-    case 2:                                                                                        \
-        kv_acc_heads(kvt, v, stride, n_rows, w, ldw, 2, 4, e, full, m, out, ldo);                  \
-        break;                                                                                     \
-    case 3:                                                                                        \
-        kv_acc_heads(kvt, v, stride, n_rows, w, ldw, 3, 4, e, full, m, out, ldo);                  \
-        break;                                                                                     \
-    case 4:                                                                                        \
-        kv_acc_heads(kvt, v, stride, n_rows, w, ldw, 4, 4, e, full, m, out, ldo);                  \
-        break;                                                                                     \
-    case 5:                                                                                        \
-        kv_acc_heads(kvt, v, stride, n_rows, w, ldw, 5, 2, e, full, m, out, ldo);                  \
-        break;                                                                                     \
-    case 6:                                                                                        \
-        kv_acc_heads(kvt, v, stride, n_rows, w, ldw, 6, 2, e, full, m, out, ldo);                  \
-        break;                                                                                     \
-    case 7:                                                                                        \
-        kv_acc_heads(kvt, v, stride, n_rows, w, ldw, 7, 2, e, full, m, out, ldo);                  \
-        break;                                                                                     \
-    default:                                                                                       \
-        kv_acc_heads(kvt, v, stride, n_rows, w, ldw, 8, 2, e, full, m, out, ldo);                  \
-        break;                                                                                     \
-    }
+/* The V sum for kv type kvt_ and full_ (locals of the case below): up to
+ * 4 heads over 64 columns, 5 to 8 over 32. */
+#define KV_ACC_CALL(h)                                                                             \
+    kv_acc_heads(kvt_, v, stride, n_rows, w, ldw, h, (h) <= 4 ? 4 : 2, e, full_, m, out, ldo)
 #define KVH_ACC_CASE(kvt)                                                                          \
-    if (m[H <= 4 ? 3 : 1] == 0xffff) {                                                             \
-        KVH_ACC_H(kvt, 1)                                                                          \
-    } else {                                                                                       \
-        KVH_ACC_H(kvt, 0)                                                                          \
-    }
+    do {                                                                                           \
+        const int kvt_ = (kvt);                                                                    \
+        if (m[H <= 4 ? 3 : 1] == 0xffff) {                                                         \
+            const int full_ = 1;                                                                   \
+            HEADS_SWITCH(H, KV_ACC_CALL)                                                           \
+        } else {                                                                                   \
+            const int full_ = 0;                                                                   \
+            HEADS_SWITCH(H, KV_ACC_CALL)                                                           \
+        }                                                                                          \
+    } while (0)
 
 static __attribute__((noinline)) void kv_acc_f16(const char *v, size_t stride, int n_rows,
                                                  const float *w, int ldw, int H, int e,
                                                  const __mmask16 m[4], float *out, int ldo)
 {
-    KVH_ACC_CASE(DTYPE_F16)
+    KVH_ACC_CASE(DTYPE_F16);
 }
 
 static __attribute__((noinline)) void kv_acc_any(int kv, const char *v, size_t stride, int n_rows,
@@ -1788,9 +1782,9 @@ static __attribute__((noinline)) void kv_acc_any(int kv, const char *v, size_t s
                                                  const __mmask16 m[4], float *out, int ldo)
 {
     if (kv == DTYPE_F32) {
-        KVH_ACC_CASE(DTYPE_F32)
+        KVH_ACC_CASE(DTYPE_F32);
     } else {
-        KVH_ACC_CASE(DTYPE_BF16)
+        KVH_ACC_CASE(DTYPE_BF16);
     }
 }
 

@@ -9,6 +9,7 @@
  * waiting queue refuses with ERR_OVERLOADED, priorities order the work, and
  * exported blocks serve another engine.
  */
+#include "engine_events.h"
 #include "test.h"
 
 #include "base/err.h"
@@ -414,18 +415,7 @@ TEST(sampling_on_one_or_two_threads_gives_the_same_events)
         inferd_engine_free(e);
     }
     EXPECT_EQ_INT(n_ev[0], N * 24);
-    EXPECT_EQ_INT(n_ev[0], n_ev[1]);
-    for (int i = 0; i < n_ev[0] && i < n_ev[1]; i++) {
-        const struct inferd_event *a = &evs[0][i], *b = &evs[1][i];
-        EXPECT(a->request - evs[0][0].request == b->request - evs[1][0].request);
-        EXPECT_EQ_INT(a->token, b->token);
-        EXPECT_EQ_INT(a->finish, b->finish);
-        EXPECT(memcmp(&a->logprob, &b->logprob, sizeof(float)) == 0);
-        EXPECT_EQ_INT(a->n_top, b->n_top);
-        for (int k = 0; k < a->n_top && k < b->n_top; k++)
-            EXPECT(a->top[k].token == b->top[k].token &&
-                   memcmp(&a->top[k].logprob, &b->top[k].logprob, sizeof(float)) == 0);
-    }
+    expect_same_events(evs[0], n_ev[0], evs[1], n_ev[1]);
 }
 
 TEST(prefix_hit_is_bitwise_a_miss)

@@ -6,6 +6,7 @@
  * distribution), a bad grammar fails at submit with a message, and a request
  * with a grammar gives the same tokens alone and in a crowd.
  */
+#include "engine_events.h"
 #include "test.h"
 
 #include "base/check.h"
@@ -277,20 +278,8 @@ TEST(same_output_with_and_without_overlap_or_threads)
     inline_masks = false;
     n_threads = 1;
     EXPECT(n_ev[0] > 20);
-    for (int mode = 1; mode < 3; mode++) {
-        EXPECT_EQ_INT(n_ev[0], n_ev[mode]);
-        for (int i = 0; i < n_ev[0] && i < n_ev[mode]; i++) {
-            const struct inferd_event *a = &evs[0][i], *b = &evs[mode][i];
-            EXPECT(a->request - evs[0][0].request == b->request - evs[mode][0].request);
-            EXPECT_EQ_INT(a->token, b->token);
-            EXPECT_EQ_INT(a->finish, b->finish);
-            EXPECT(memcmp(&a->logprob, &b->logprob, sizeof(float)) == 0);
-            EXPECT_EQ_INT(a->n_top, b->n_top);
-            for (int k = 0; k < a->n_top && k < b->n_top; k++)
-                EXPECT(a->top[k].token == b->top[k].token &&
-                       memcmp(&a->top[k].logprob, &b->top[k].logprob, sizeof(float)) == 0);
-        }
-    }
+    for (int mode = 1; mode < 3; mode++)
+        expect_same_events(evs[0], n_ev[0], evs[mode], n_ev[mode]);
 }
 
 TEST_MAIN()
