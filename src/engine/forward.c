@@ -285,26 +285,27 @@ static void attend(struct fwd_ctx *c, int layer, int t, int h0, int nh, float *s
     const int hd = hp->head_dim, bt = kv->cfg.block_tokens, lds = c->scores_ld;
     const int kvh = h0 / (hp->n_head / hp->n_head_kv);
     const size_t row = (size_t)hd * dtype_info(kv->cfg.dtype)->type_size;
-    const size_t head_off = (size_t)kvh * bt * row;
     const struct kv_seq *s = c->b->seqs[c->b->seq[t]];
     const int n_ctx = c->b->pos[t] + 1;
     const float *q = c->q + (size_t)t * hp->n_head * hd + (size_t)h0 * hd;
     const float scale = 1.0f / sqrtf((float)hd);
 
-    /* A group's rows of a block are a few KiB, and consecutive blocks lie a
-     * whole block (every layer's K and V) apart: too short a run for the
-     * hardware prefetchers. So the K panel two blocks ahead is fetched while
-     * this block's is used, and each block's V rows go towards L2 during
-     * the score pass, ready for the weighted sum. */
+    /* A group's panel of a block is a few KiB. Blocks with consecutive ids
+     * are adjacent in the pool (one region per layer and head), so most of a
+     * sequence reads as one run the hardware prefetchers follow; where its
+     * table jumps (from a shared prefix to its own blocks, or around another
+     * sequence's), the K panel two blocks ahead is already on its way, and
+     * each block's V rows go towards L2 during the score pass, ready for the
+     * weighted sum. */
     const int n_blocks = (n_ctx + bt - 1) / bt;
     for (int p0 = 0, bi = 0; p0 < n_ctx; p0 += bt, bi++) {
         int rows = MIN(bt, n_ctx - p0);
         if (bi + 2 < n_blocks)
-            prefetch_rows((const uint8_t *)kv_pool_k(kv, s->blocks[bi + 2], layer) + head_off,
+            prefetch_rows((const uint8_t *)kv_pool_k(kv, s->blocks[bi + 2], layer, kvh),
                           (size_t)bt * row, 3);
-        prefetch_rows((const uint8_t *)kv_pool_v(kv, s->blocks[bi], layer) + head_off,
-                      (size_t)rows * row, 2);
-        const uint8_t *kb = (const uint8_t *)kv_pool_k(kv, s->blocks[bi], layer) + head_off;
+        prefetch_rows((const uint8_t *)kv_pool_v(kv, s->blocks[bi], layer, kvh), (size_t)rows * row,
+                      2);
+        const uint8_t *kb = (const uint8_t *)kv_pool_k(kv, s->blocks[bi], layer, kvh);
         kern_kv_dot_heads(kv->cfg.dtype, kb, bt, rows, q, hd, nh, hd, scores + p0, lds);
     }
     /* Unnormalized weights; each head's sum divides its output once. */
@@ -317,7 +318,7 @@ static void attend(struct fwd_ctx *c, int layer, int t, int h0, int nh, float *s
     memset(out, 0, sizeof(float) * (size_t)hd * (size_t)nh);
     for (int p0 = 0, bi = 0; p0 < n_ctx; p0 += bt, bi++) {
         int rows = MIN(bt, n_ctx - p0);
-        const uint8_t *vb = (const uint8_t *)kv_pool_v(kv, s->blocks[bi], layer) + head_off;
+        const uint8_t *vb = (const uint8_t *)kv_pool_v(kv, s->blocks[bi], layer, kvh);
         kern_kv_accum_heads(kv->cfg.dtype, vb, row, rows, scores + p0, lds, nh, hd, out, hd);
     }
     for (int h = 0; h < nh; h++) {
@@ -351,10 +352,10 @@ static void qkv_post(struct fwd_ctx *c, const struct model_layer *L, int layer, 
     const int32_t blk = s->blocks[pos / bt];
     const size_t elt = dtype_info(kv->cfg.dtype)->type_size;
     for (int h = 0; h < hp->n_head_kv; h++) {
-        uint8_t *kt = (uint8_t *)kv_pool_k(kv, blk, layer) + (size_t)h * bt * hd * elt;
-        size_t off = ((size_t)h * bt + (size_t)(pos % bt)) * hd * elt;
-        kern_kv_store_col(kv->cfg.dtype, k + h * hd, kt, bt, pos % bt, hd);
-        kern_kv_store(kv->cfg.dtype, v + h * hd, (uint8_t *)kv_pool_v(kv, blk, layer) + off, hd);
+        kern_kv_store_col(kv->cfg.dtype, k + h * hd, kv_pool_k(kv, blk, layer, h), bt, pos % bt,
+                          hd);
+        kern_kv_store(kv->cfg.dtype, v + h * hd,
+                      (uint8_t *)kv_pool_v(kv, blk, layer, h) + (size_t)(pos % bt) * hd * elt, hd);
     }
 }
 

@@ -19,17 +19,20 @@ int kv_pool_init(struct kv_pool *p, const struct kv_pool_config *cfg, struct err
         return err_set(msg, ERR_INVALID, "kv cache: block size %d / %d blocks is out of range",
                        cfg->block_tokens, cfg->n_blocks);
     p->cfg = *cfg;
-    p->half_bytes = (size_t)cfg->n_kv_head * cfg->block_tokens * cfg->head_dim *
-                    dtype_info(cfg->dtype)->type_size;
+    p->panel_bytes = (size_t)cfg->block_tokens * cfg->head_dim * dtype_info(cfg->dtype)->type_size;
+    p->half_bytes = p->panel_bytes * (size_t)cfg->n_kv_head;
     p->block_bytes = p->half_bytes * 2 * (size_t)cfg->n_layer;
     size_t total = p->block_bytes * (size_t)cfg->n_blocks;
     if (!(p->data = huge_alloc(total)))
         return err_set(msg, -ENOMEM, "kv cache: cannot allocate %zu bytes", total);
     p->free_list = xmalloc(sizeof(int32_t) * (size_t)cfg->n_blocks);
+    p->free_pos = xmalloc(sizeof(int32_t) * (size_t)cfg->n_blocks);
     p->refs = xcalloc((size_t)cfg->n_blocks, sizeof(int32_t));
     /* Pop order 0, 1, 2, ... so fresh pools hand out ascending ids. */
-    for (int i = 0; i < cfg->n_blocks; i++)
+    for (int i = 0; i < cfg->n_blocks; i++) {
         p->free_list[i] = cfg->n_blocks - 1 - i;
+        p->free_pos[cfg->n_blocks - 1 - i] = i;
+    }
     p->n_free = cfg->n_blocks;
     return 0;
 }
@@ -39,21 +42,101 @@ void kv_pool_release(struct kv_pool *p)
     CHECK(!p->prefix); /* kv_prefix_release first */
     free(p->data);
     free(p->free_list);
+    free(p->free_pos);
     free(p->refs);
     memset(p, 0, sizeof(*p));
+}
+
+void kv__pool_free(struct kv_pool *p, int32_t block)
+{
+    CHECK(p->refs[block] == 0 && p->free_pos[block] < 0);
+    p->free_pos[block] = p->n_free;
+    p->free_list[p->n_free++] = block;
+}
+
+/* Takes free block b off the free list (the last entry moves into its slot). */
+static void take_free(struct kv_pool *p, int32_t b)
+{
+    const int i = p->free_pos[b];
+    const int32_t last = p->free_list[--p->n_free];
+    p->free_list[i] = last;
+    p->free_pos[last] = i;
+    p->free_pos[b] = -1;
+}
+
+/* Takes block b (free, or evicted from the prefix cache) with refcount 1. */
+static void claim(struct kv_pool *p, int32_t b)
+{
+    CHECK(p->refs[b] == 0);
+    p->refs[b] = 1;
 }
 
 int kv_pool_alloc(struct kv_pool *p, int32_t *block)
 {
     int32_t b;
     if (p->n_free > 0)
-        b = p->free_list[--p->n_free];
+        take_free(p, b = p->free_list[p->n_free - 1]);
     else if (!p->prefix || (b = kv__prefix_evict(p->prefix)) < 0)
         return ERR_NO_KV;
-    CHECK(p->refs[b] == 0);
-    p->refs[b] = 1;
+    claim(p, b);
     *block = b;
     return 0;
+}
+
+/* The middle of the longest run of free block ids (the first block of a new
+ * run of a sequence: room to grow on both sides of it for it and for the
+ * sequence before it), or -1 when no block is free. */
+static int32_t middle_of_longest_free_run(const struct kv_pool *p)
+{
+    int32_t best = -1, best_len = 0;
+    for (int32_t b = 0; b < p->cfg.n_blocks;) {
+        if (p->free_pos[b] < 0) {
+            b++;
+            continue;
+        }
+        int32_t e = b;
+        while (e < p->cfg.n_blocks && p->free_pos[e] >= 0)
+            e++;
+        if (e - b > best_len) {
+            best_len = e - b;
+            best = b + (e - b) / 2;
+        }
+        b = e;
+    }
+    return best;
+}
+
+/* A block for the table after block `prev` (-1: none): prev + 1 when free,
+ * otherwise the middle of the longest free run, otherwise any. */
+static int alloc_after(struct kv_pool *p, int32_t prev, int32_t *block)
+{
+    int32_t b = prev + 1;
+    if (prev < 0 || b >= p->cfg.n_blocks || p->free_pos[b] < 0) b = middle_of_longest_free_run(p);
+    if (b < 0) return kv_pool_alloc(p, block);
+    take_free(p, b);
+    claim(p, b);
+    *block = b;
+    return 0;
+}
+
+void kv_pool_read_block(const struct kv_pool *p, int32_t block, void *dst)
+{
+    uint8_t *d = dst;
+    for (int l = 0; l < p->cfg.n_layer; l++)
+        for (int kv = 0; kv < 2; kv++)
+            for (int h = 0; h < p->cfg.n_kv_head; h++, d += p->panel_bytes)
+                memcpy(d, kv ? kv_pool_v(p, block, l, h) : kv_pool_k(p, block, l, h),
+                       p->panel_bytes);
+}
+
+void kv_pool_write_block(struct kv_pool *p, int32_t block, const void *src)
+{
+    const uint8_t *s = src;
+    for (int l = 0; l < p->cfg.n_layer; l++)
+        for (int kv = 0; kv < 2; kv++)
+            for (int h = 0; h < p->cfg.n_kv_head; h++, s += p->panel_bytes)
+                memcpy(kv ? kv_pool_v(p, block, l, h) : kv_pool_k(p, block, l, h), s,
+                       p->panel_bytes);
 }
 
 void kv_pool_ref(struct kv_pool *p, int32_t block)
@@ -69,7 +152,7 @@ void kv_pool_unref(struct kv_pool *p, int32_t block)
     if (p->prefix && p->prefix->cached[block])
         kv__prefix_park(p->prefix, block);
     else
-        p->free_list[p->n_free++] = block;
+        kv__pool_free(p, block);
 }
 
 int kv_pool_n_available(const struct kv_pool *p)
@@ -86,8 +169,10 @@ int kv_seq_reserve(struct kv_pool *p, struct kv_seq *s, int n_pos)
         s->cap = MAX(need, s->cap * 2);
         s->blocks = xrealloc(s->blocks, sizeof(int32_t) * (size_t)s->cap);
     }
-    while (s->n_blocks < need)
-        CHECK(kv_pool_alloc(p, &s->blocks[s->n_blocks++]) == 0);
+    while (s->n_blocks < need) {
+        const int32_t prev = s->n_blocks > 0 ? s->blocks[s->n_blocks - 1] : -1;
+        CHECK(alloc_after(p, prev, &s->blocks[s->n_blocks++]) == 0);
+    }
     return 0;
 }
 

@@ -3,17 +3,24 @@
  * and values of KV_BLOCK_TOKENS (configurable) consecutive positions of one
  * sequence for every layer, plus per-sequence block tables.
  *
- * Block layout (one block, bytes contiguous so a block exports as one span
- * per layer):
+ * Arena layout: one region per (layer, K or V, KV head), each holding that
+ * head's panel of every block in block-id order:
  *
- *   block b: [layer 0: K (n_kv_head, head_dim, block_tokens) |
- *                     V (n_kv_head, block_tokens, head_dim)]
- *            [layer 1: K | V] ... [layer n_layer-1: K | V]
+ *   [layer 0: K head 0 (block 0, block 1, ...) | K head 1 (...) | ...
+ *             V head 0 (block 0, block 1, ...) | V head 1 (...) | ...]
+ *   [layer 1: ...] ... [layer n_layer-1: ...]
  *
- * so the keys of one head inside a block are a K panel - dimension-major,
- * position e * block_tokens + j for dimension e of position j, what
- * kern_kv_dot reads - and its values a dense (block_tokens, head_dim) matrix
- * for kern_kv_accum. Elements are f16 (default), bf16 or f32.
+ * A head's keys inside a block are a K panel - dimension-major, position
+ * e * block_tokens + j for dimension e of position j, what kern_kv_dot
+ * reads - and its values a dense (block_tokens, head_dim) matrix for
+ * kern_kv_accum. Elements are f16 (default), bf16 or f32. Attention reads
+ * one (layer, head) region at a time, so a sequence whose blocks have
+ * consecutive ids is read as one run of memory the hardware prefetchers
+ * follow, not as a scatter of 2 KiB pieces; kv_seq_reserve hands a growing
+ * sequence the id after its last block when it is free, and otherwise
+ * starts it in the middle of the longest free run, leaving room to grow.
+ * A block moves whole (a KV frame's payload) as kv_pool_read_block /
+ * kv_pool_write_block order it: per layer, K of each head, then V of each.
  *
  * Blocks are refcounted: a sequence's table holds one reference per block.
  * A block whose count drops to zero returns to the free list - unless the
@@ -51,10 +58,12 @@ struct kv_pool_config {
 
 struct kv_pool {
     struct kv_pool_config cfg; /* as given */
-    size_t half_bytes;         /* bytes of K (or V) of one layer of one block */
+    size_t panel_bytes;        /* bytes of one head's K (or V) of one layer of one block */
+    size_t half_bytes;         /* bytes of K (or V) of one layer of one block, all heads */
     size_t block_bytes;        /* bytes of one block, all layers */
-    uint8_t *data;             /* (n_blocks, block_bytes) */
+    uint8_t *data;             /* (n_layer, 2, n_kv_head, n_blocks, panel_bytes) */
     int32_t *free_list;        /* stack of free block ids, (n_blocks) */
+    int32_t *free_pos;         /* (n_blocks) index of each free block in free_list, or -1 */
     int n_free;                /* entries in free_list */
     int32_t *refs;             /* (n_blocks) reference counts */
     struct kv_prefix *prefix;  /* index keeping unreferenced cached blocks, or NULL */
@@ -73,16 +82,26 @@ void kv_pool_unref(struct kv_pool *p, int32_t block);
 /* Blocks kv_pool_alloc can still hand out: free + evictable cached ones. */
 int kv_pool_n_available(const struct kv_pool *p);
 
-/* Keys (n_kv_head, head_dim, block_tokens) and values (n_kv_head,
- * block_tokens, head_dim) of one layer of one block. */
-static inline void *kv_pool_k(const struct kv_pool *p, int32_t block, int layer)
+/* Keys (head_dim, block_tokens) and values (block_tokens, head_dim) of one
+ * head of one layer of one block. */
+static inline void *kv_pool_k(const struct kv_pool *p, int32_t block, int layer, int head)
 {
-    return p->data + (size_t)block * p->block_bytes + (size_t)layer * 2 * p->half_bytes;
+    return p->data + (((size_t)layer * 2 * p->cfg.n_kv_head + head) * p->cfg.n_blocks + block) *
+                         p->panel_bytes;
 }
-static inline void *kv_pool_v(const struct kv_pool *p, int32_t block, int layer)
+static inline void *kv_pool_v(const struct kv_pool *p, int32_t block, int layer, int head)
 {
-    return p->data + (size_t)block * p->block_bytes + ((size_t)layer * 2 + 1) * p->half_bytes;
+    return p->data +
+           ((((size_t)layer * 2 + 1) * p->cfg.n_kv_head + head) * p->cfg.n_blocks + block) *
+               p->panel_bytes;
 }
+/* Copies block b out to / in from block_bytes of dst / src (the KV frame
+ * payload order: per layer, K of each head, then V of each head). */
+void kv_pool_read_block(const struct kv_pool *p, int32_t block, void *dst);
+void kv_pool_write_block(struct kv_pool *p, int32_t block, const void *src);
+/* Returns a block with refcount 0 to the free list (the pool and the prefix
+ * cache's own use). */
+void kv__pool_free(struct kv_pool *p, int32_t block);
 
 /* A sequence's block table: block i holds positions [i*bt, (i+1)*bt). */
 struct kv_seq {
@@ -91,8 +110,9 @@ struct kv_seq {
     int cap;         /* allocated entries of blocks */
 };
 
-/* Makes sure the table covers positions [0, n_pos). On ERR_NO_KV the table is
- * unchanged (blocks taken during the call are given back). */
+/* Makes sure the table covers positions [0, n_pos), each new block the one
+ * after the table's last block when that is free (see the layout above). On
+ * ERR_NO_KV the table is unchanged. */
 int kv_seq_reserve(struct kv_pool *p, struct kv_seq *s, int n_pos);
 /* Drops every block reference, last block first (so a cached chain's head
  * joins the LRU last), and frees the table memory. */

@@ -44,7 +44,7 @@ void kv_prefix_release(struct kv_prefix *px)
     /* Parked blocks go back to the free list; referenced ones stay with
      * their sequences and return to it through kv_pool_unref. */
     for (int32_t b = px->lru_head; b >= 0; b = px->next[b])
-        p->free_list[p->n_free++] = b;
+        kv__pool_free(p, b);
     p->prefix = NULL;
     free(px->ids);
     free(px->cached);
@@ -273,14 +273,13 @@ int kv_prefix_export(const struct kv_prefix *px, const struct kv_block_id *id, v
     if (!kv_prefix_lookup(px, id, &b)) return ERR_NOT_FOUND;
     if (cap < kv_prefix_frame_bytes(px)) return ERR_INVALID;
     uint8_t *d = buf;
-    const uint8_t *payload = kv_pool_k(p, b, 0);
     memcpy(d, frame_magic, 8);
     memcpy(d + 8, px->fingerprint, 16);
     kv_block_id_to_bytes(id, d + 24);
     put_u32(d + 40, (uint32_t)p->cfg.n_layer);
     put_u32(d + 44, (uint32_t)(2 * p->half_bytes));
-    put_u64(d + 48, XXH3_64bits(payload, p->block_bytes));
-    memcpy(d + KV_FRAME_HEADER, payload, p->block_bytes);
+    kv_pool_read_block(p, b, d + KV_FRAME_HEADER);
+    put_u64(d + 48, XXH3_64bits(d + KV_FRAME_HEADER, p->block_bytes));
     return 0;
 }
 
@@ -309,7 +308,7 @@ int kv_prefix_import(struct kv_prefix *px, const void *buf, size_t len, struct e
     int32_t b;
     if (kv_pool_alloc(p, &b))
         return err_set(msg, ERR_NO_KV, "kv block frame: no free or evictable block");
-    memcpy(kv_pool_k(p, b, 0), d + KV_FRAME_HEADER, p->block_bytes);
+    kv_pool_write_block(p, b, d + KV_FRAME_HEADER);
     struct kv_seq one = {.blocks = &b, .n_blocks = 1, .cap = 1};
     kv_prefix_commit(px, &one, &id, 0, 1);
     kv_pool_unref(p, b); /* parks it on the LRU tail */

@@ -7,6 +7,8 @@
 #include "base/err.h"
 #include "kv/pool.h"
 
+#include <string.h>
+
 static struct kv_pool mk(int n_blocks)
 {
     struct kv_pool p;
@@ -30,7 +32,13 @@ TEST(layout_and_exhaustion)
     EXPECT_EQ_INT(kv_pool_alloc(&p, &b), 0);
     EXPECT_EQ_INT(kv_pool_alloc(&p, &c), 0);
     EXPECT_EQ_INT(kv_pool_alloc(&p, &d), ERR_NO_KV);
-    EXPECT((char *)kv_pool_v(&p, b, 1) - (char *)kv_pool_k(&p, b, 1) == (long)p.half_bytes);
+    EXPECT_EQ_INT(p.panel_bytes, 4 * 8 * 2);
+    /* (layer, K/V, head) regions of every block's panel, block ids in order */
+    EXPECT((char *)kv_pool_k(&p, b, 0, 1) - (char *)kv_pool_k(&p, b, 0, 0) == 3 * 64);
+    EXPECT((char *)kv_pool_k(&p, c, 0, 0) - (char *)kv_pool_k(&p, b, 0, 0) ==
+           (c - b) * (long)p.panel_bytes);
+    EXPECT((char *)kv_pool_v(&p, b, 1, 0) - (char *)kv_pool_k(&p, b, 1, 0) == 2 * 3 * 64);
+    EXPECT((char *)kv_pool_k(&p, b, 1, 0) - (char *)kv_pool_k(&p, b, 0, 0) == 4 * 3 * 64);
     kv_pool_ref(&p, b);
     kv_pool_unref(&p, b);
     EXPECT_EQ_INT(p.n_free, 0);
@@ -38,6 +46,52 @@ TEST(layout_and_exhaustion)
     EXPECT_EQ_INT(p.n_free, 1);
     EXPECT_EQ_INT(kv_pool_alloc(&p, &d), 0);
     EXPECT_EQ_INT(d, b);
+    kv_pool_release(&p);
+}
+
+TEST(block_copies_in_frame_order)
+{
+    struct kv_pool p = mk(3);
+    uint8_t in[512], out[512] = {0};
+    EXPECT_EQ_INT(p.block_bytes, 512);
+    for (int i = 0; i < 512; i++)
+        in[i] = (uint8_t)(i * 7 + 1);
+    int32_t a, b;
+    EXPECT_EQ_INT(kv_pool_alloc(&p, &a), 0);
+    EXPECT_EQ_INT(kv_pool_alloc(&p, &b), 0);
+    memset(kv_pool_k(&p, b, 0, 0), 0x5a, p.panel_bytes);
+    kv_pool_write_block(&p, a, in);
+    /* per layer: K head 0, K head 1, V head 0, V head 1 */
+    EXPECT(memcmp(kv_pool_k(&p, a, 0, 1), in + 64, 64) == 0);
+    EXPECT(memcmp(kv_pool_v(&p, a, 0, 0), in + 128, 64) == 0);
+    EXPECT(memcmp(kv_pool_v(&p, a, 1, 1), in + 256 + 192, 64) == 0);
+    kv_pool_read_block(&p, a, out);
+    EXPECT(memcmp(in, out, sizeof(in)) == 0);
+    EXPECT_EQ_INT(((uint8_t *)kv_pool_k(&p, b, 0, 0))[63], 0x5a); /* b untouched */
+    kv_pool_release(&p);
+}
+
+/* Two tables growing in turns keep consecutive block ids each, the second
+ * starting in the middle of the free run the first left. */
+TEST(growing_tables_stay_consecutive)
+{
+    struct kv_pool p = mk(64);
+    struct kv_seq s = {0}, t = {0};
+    for (int n = 1; n <= 10; n++) {
+        EXPECT_EQ_INT(kv_seq_reserve(&p, &s, 4 * n), 0);
+        EXPECT_EQ_INT(kv_seq_reserve(&p, &t, 4 * n), 0);
+    }
+    EXPECT_EQ_INT(s.n_blocks, 10);
+    EXPECT_EQ_INT(t.n_blocks, 10);
+    EXPECT_EQ_INT(s.blocks[0], 32);
+    EXPECT_EQ_INT(t.blocks[0], 16);
+    for (int i = 1; i < 10; i++) {
+        EXPECT_EQ_INT(s.blocks[i], s.blocks[i - 1] + 1);
+        EXPECT_EQ_INT(t.blocks[i], t.blocks[i - 1] + 1);
+    }
+    kv_seq_release(&p, &s);
+    kv_seq_release(&p, &t);
+    EXPECT_EQ_INT(p.n_free, 64);
     kv_pool_release(&p);
 }
 

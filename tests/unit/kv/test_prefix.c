@@ -209,9 +209,11 @@ TEST(export_import_round_trip)
     struct kv_block_id id = kv_prefix_block_id(&px, NULL, &(struct kv_block_id){0, 0}, t);
     struct kv_seq a = {0}, b = {0};
     EXPECT_EQ_INT(kv_seq_reserve(&p, &a, BT), 0);
-    float *k = kv_pool_k(&p, a.blocks[0], 0);
+    float k[256 / sizeof(float)], kq[256 / sizeof(float)];
+    EXPECT(p.block_bytes <= sizeof(k));
     for (size_t i = 0; i < p.block_bytes / sizeof(float); i++)
         k[i] = (float)i * 0.5f;
+    kv_pool_write_block(&p, a.blocks[0], k);
     uint8_t frame[KV_FRAME_HEADER + 256], back[KV_FRAME_HEADER + 256];
     size_t len = kv_prefix_frame_bytes(&px);
     EXPECT_EQ_INT(len, KV_FRAME_HEADER + p.block_bytes);
@@ -225,7 +227,8 @@ TEST(export_import_round_trip)
     EXPECT_EQ_INT(qx.n_cached, 1);
     EXPECT_EQ_INT(qx.n_lru, 1);
     EXPECT_EQ_INT(kv_prefix_match(&qx, &id, 1, &b), 1);
-    EXPECT(memcmp(kv_pool_k(&q, b.blocks[0], 0), k, p.block_bytes) == 0);
+    kv_pool_read_block(&q, b.blocks[0], kq);
+    EXPECT(memcmp(kq, k, p.block_bytes) == 0);
     EXPECT_EQ_INT(kv_prefix_export(&qx, &id, back, len), 0);
     EXPECT(memcmp(frame, back, len) == 0);
     /* Every block of q referenced: a new block has nowhere to go. */
