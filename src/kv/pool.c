@@ -83,10 +83,15 @@ int kv_pool_alloc(struct kv_pool *p, int32_t *block)
     return 0;
 }
 
-/* The middle of the longest run of free block ids (the first block of a new
- * run of a sequence: room to grow on both sides of it for it and for the
- * sequence before it), or -1 when no block is free. */
-static int32_t middle_of_longest_free_run(const struct kv_pool *p)
+#define RUN_ROOM 32 /* blocks of room a table starting a run leaves itself and the one before */
+
+/* Where a table starts a new run of block ids: in the first free run long
+ * enough to leave RUN_ROOM blocks of growth to the table whose blocks end
+ * just before it and RUN_ROOM to this one, so tables grow as long runs
+ * while the used part of the arena stays compact (its memory is first
+ * touched only as it fills); failing that, the middle of the longest free
+ * run. -1 when no block is free. */
+static int32_t new_run_start(const struct kv_pool *p)
 {
     int32_t best = -1, best_len = 0;
     for (int32_t b = 0; b < p->cfg.n_blocks;) {
@@ -97,6 +102,8 @@ static int32_t middle_of_longest_free_run(const struct kv_pool *p)
         int32_t e = b;
         while (e < p->cfg.n_blocks && p->free_pos[e] >= 0)
             e++;
+        const int32_t before = b > 0 ? RUN_ROOM : 0;
+        if (e - b >= before + RUN_ROOM) return b + before;
         if (e - b > best_len) {
             best_len = e - b;
             best = b + (e - b) / 2;
@@ -107,11 +114,11 @@ static int32_t middle_of_longest_free_run(const struct kv_pool *p)
 }
 
 /* A block for the table after block `prev` (-1: none): prev + 1 when free,
- * otherwise the middle of the longest free run, otherwise any. */
+ * otherwise the start of a new run, otherwise any. */
 static int alloc_after(struct kv_pool *p, int32_t prev, int32_t *block)
 {
     int32_t b = prev + 1;
-    if (prev < 0 || b >= p->cfg.n_blocks || p->free_pos[b] < 0) b = middle_of_longest_free_run(p);
+    if (prev < 0 || b >= p->cfg.n_blocks || p->free_pos[b] < 0) b = new_run_start(p);
     if (b < 0) return kv_pool_alloc(p, block);
     take_free(p, b);
     claim(p, b);

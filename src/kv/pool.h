@@ -18,7 +18,8 @@
  * consecutive ids is read as one run of memory the hardware prefetchers
  * follow, not as a scatter of 2 KiB pieces; kv_seq_reserve hands a growing
  * sequence the id after its last block when it is free, and otherwise
- * starts it in the middle of the longest free run, leaving room to grow.
+ * starts a new run where it and the sequence before it have room to grow
+ * (the first such free run, so the used part of the arena stays compact).
  * A block moves whole (a KV frame's payload) as kv_pool_read_block /
  * kv_pool_write_block order it: per layer, K of each head, then V of each.
  *

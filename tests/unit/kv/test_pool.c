@@ -71,27 +71,31 @@ TEST(block_copies_in_frame_order)
     kv_pool_release(&p);
 }
 
-/* Two tables growing in turns keep consecutive block ids each, the second
- * starting in the middle of the free run the first left. */
+/* Tables growing in turns keep consecutive block ids each: a new table
+ * starts 32 blocks after the last block of the one before it while the
+ * arena has the room, then in the middle of the longest free run. */
 TEST(growing_tables_stay_consecutive)
 {
-    struct kv_pool p = mk(64);
-    struct kv_seq s = {0}, t = {0};
-    for (int n = 1; n <= 10; n++) {
-        EXPECT_EQ_INT(kv_seq_reserve(&p, &s, 4 * n), 0);
-        EXPECT_EQ_INT(kv_seq_reserve(&p, &t, 4 * n), 0);
+    struct kv_pool p = mk(128);
+    struct kv_seq s[3] = {{0}};
+    for (int n = 1; n <= 10; n++)
+        for (int i = 0; i < 3; i++)
+            EXPECT_EQ_INT(kv_seq_reserve(&p, &s[i], 4 * n), 0);
+    EXPECT_EQ_INT(s[0].blocks[0], 0);
+    EXPECT_EQ_INT(s[1].blocks[0], 33);
+    EXPECT_EQ_INT(s[2].blocks[0], 66);
+    struct kv_seq u = {0}; /* 76..127 free: 52 blocks, under 32 + 32 */
+    EXPECT_EQ_INT(kv_seq_reserve(&p, &u, 4), 0);
+    EXPECT_EQ_INT(u.blocks[0], 76 + 52 / 2);
+    kv_seq_release(&p, &u);
+    for (int i = 0; i < 3; i++) {
+        EXPECT_EQ_INT(s[i].n_blocks, 10);
+        for (int j = 1; j < 10; j++)
+            EXPECT_EQ_INT(s[i].blocks[j], s[i].blocks[j - 1] + 1);
     }
-    EXPECT_EQ_INT(s.n_blocks, 10);
-    EXPECT_EQ_INT(t.n_blocks, 10);
-    EXPECT_EQ_INT(s.blocks[0], 32);
-    EXPECT_EQ_INT(t.blocks[0], 16);
-    for (int i = 1; i < 10; i++) {
-        EXPECT_EQ_INT(s.blocks[i], s.blocks[i - 1] + 1);
-        EXPECT_EQ_INT(t.blocks[i], t.blocks[i - 1] + 1);
-    }
-    kv_seq_release(&p, &s);
-    kv_seq_release(&p, &t);
-    EXPECT_EQ_INT(p.n_free, 64);
+    for (int i = 0; i < 3; i++)
+        kv_seq_release(&p, &s[i]);
+    EXPECT_EQ_INT(p.n_free, 128);
     kv_pool_release(&p);
 }
 
