@@ -6,8 +6,11 @@
 #
 #   1. chats: 8 sessions of $TURNS-turn conversations through
 #      /v1/chat/completions that share one ~1,000-token system prompt, run
-#      with 1 client and then with 8 concurrent clients (fresh seeds, so each
-#      run starts from a cold cache). Each turn sends the whole conversation
+#      with 1 client and then with 8 concurrent clients, $ROUNDS (2) times in
+#      turn (fresh seeds, so each run starts from a cold cache). The machine's
+#      memory bandwidth drifts by tens of percent within minutes, and the
+#      1-client run is bound by it more than the 8-client one, so a single
+#      pair can land on two different machines; alternating pairs show it. Each turn sends the whole conversation
 #      as a chat client does: the system prompt, every earlier user message
 #      and the server's real answer to it, then a new user message of $INPUT
 #      tokens; the answer is $OUTPUT tokens (ignore_eos), made of common
@@ -28,7 +31,7 @@
 # decoding streams costs at most that many decode-only steps.
 #
 # Usage: [TOKEN_BUDGET=N] [PREFILL_RATIO=R] [TURNS=N] [INPUT=N] [OUTPUT=N]
-#        [ANSWER_WORDS=0|1] bench/serve/bench_serve.sh [BUILD_DIR] [OUT_DIR]
+#        [ANSWER_WORDS=0|1] [ROUNDS=N] bench/serve/bench_serve.sh [BUILD_DIR] [OUT_DIR]
 # Figures go to OUT_DIR (default /tmp/inferd-bench-serve): summary JSON per
 # run and a report on stdout. Random weights: speed figures are real, text is
 # not meaningful.
@@ -59,16 +62,19 @@ turns=${TURNS:-3}
 chats=(--synthetic agentic --chat --sessions 8 --turns "$turns" --prefix-tokens 1008
        --input "${INPUT:-64}" --output "${OUTPUT:-256}" --think 0)
 [ "${ANSWER_WORDS:-1}" = 1 ] && chats+=(--answer-words)
-run c1 "${chats[@]}" --concurrency 1 --seed 11
-run c8 "${chats[@]}" --concurrency 8 --seed 12
+rounds=${ROUNDS:-2}
+for r in $(seq 1 "$rounds"); do
+    run "c1-$r" "${chats[@]}" --concurrency 1 --seed $((10 * r + 1))
+    run "c8-$r" "${chats[@]}" --concurrency 8 --seed $((10 * r + 2))
+done
 run ttft --synthetic prefix --groups 3 --users-per-group 4 --prefix-tokens 896 --input 100 \
     --output 4 --requests 12 --concurrency 1 --seed 13
 
-/usr/bin/python3 - "$out" "$turns" <<'PY'
+/usr/bin/python3 - "$out" "$turns" "$rounds" <<'PY'
 import json, sys, statistics
-out, turns = sys.argv[1], int(sys.argv[2])
-c1 = json.load(open(f"{out}/c1/summary.json"))
-c8 = json.load(open(f"{out}/c8/summary.json"))
+out, turns, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+c1s = [json.load(open(f"{out}/c1-{r}/summary.json")) for r in range(1, rounds + 1)]
+c8s = [json.load(open(f"{out}/c8-{r}/summary.json")) for r in range(1, rounds + 1)]
 def line(name, s):
     pc = s["prefix_cache"]
     print(f"{name}: {s['succeeded']}/{s['requests']} ok, output {s['output_tokens_per_s']:.1f} tok/s, "
@@ -93,14 +99,19 @@ def work(name):
     print(f"  {name}: prefilled {prefill} prompt tokens for {decode} output tokens: prefill "
           f"{prefill / (prefill + decode):.0%} of the tokens computed; history of later turns "
           f"{hist} tokens, {again / max(hist, 1):.0%} of it prefilled again")
-line("1 client ", c1)
-line("8 clients", c8)
-work("c1")
-work("c8")
-gain = c8["output_tokens_per_s"] / c1["output_tokens_per_s"]
-itl = c8["itl_ms"]["p99"] / c8["itl_ms"]["p50"]
-print(f"batching gain (8 vs 1 client): {gain:.2f}x  (target >= 4x)")
-print(f"ITL p99 / p50 at 8 clients: {itl:.2f}  (target <= 3)")
+for r, (c1, c8) in enumerate(zip(c1s, c8s), 1):
+    line(f"round {r}, 1 client ", c1)
+    line(f"round {r}, 8 clients", c8)
+    print(f"  round {r}: gain {c8['output_tokens_per_s'] / c1['output_tokens_per_s']:.2f}x, "
+          f"ITL p99 / p50 at 8 clients {c8['itl_ms']['p99'] / c8['itl_ms']['p50']:.2f}")
+work("c1-1")
+work("c8-1")
+tps = lambda runs: statistics.mean(s["output_tokens_per_s"] for s in runs)
+gain = tps(c8s) / tps(c1s)
+itl = max(s["itl_ms"]["p99"] / s["itl_ms"]["p50"] for s in c8s)
+print(f"batching gain (8 vs 1 client, {rounds} rounds): {tps(c8s):.1f} / {tps(c1s):.1f} tok/s = "
+      f"{gain:.2f}x  (target >= 4x)")
+print(f"ITL p99 / p50 at 8 clients, worst round: {itl:.2f}  (target <= 3)")
 recs = [json.loads(l) for l in open(f"{out}/ttft/records.jsonl")]
 cold = [r["ttft_ms"] for r in recs if r.get("ok") and r.get("cached_tokens", 0) == 0]
 warm = [r["ttft_ms"] for r in recs if r.get("ok") and r.get("cached_tokens", 0) > 0]
