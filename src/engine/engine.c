@@ -886,6 +886,7 @@ int inferd_engine_step(inferd_engine *e)
      * decode-only steps (stepcost.h); alone, prefill fills the budget. The
      * bound protects streams at least as important as the prompt: a prompt
      * of higher priority than every decode is not slowed for them. */
+    const int n_decode = n_batch;
     const int limit = e->cfg.prefill_step_ratio > 0
                           ? stepcost_limit(&e->cost, n_batch, e->cfg.prefill_step_ratio, budget)
                           : budget;
@@ -993,7 +994,7 @@ int inferd_engine_step(inferd_engine *e)
      * the step's cost (sampling included: it is part of every gap a client
      * sees) feeds the chunk limit. */
     double dt = time_now_s() - t0;
-    stepcost_observe(&e->cost, n_batch, dt);
+    stepcost_observe(&e->cost, n_batch, dt, n_decode == n_batch);
     if (dt > 0) {
         double tps = n_batch / dt;
         e->stats.tokens_per_s =

@@ -21,11 +21,15 @@ void stepcost_init(struct stepcost *c)
     *c = (struct stepcost){0};
 }
 
-void stepcost_observe(struct stepcost *c, int n_tokens, double seconds)
+void stepcost_observe(struct stepcost *c, int n_tokens, double seconds, bool decode_only)
 {
     CHECK(n_tokens > 0);
     if (!(seconds >= 0) || !isfinite(seconds)) return;
     const double n = n_tokens, d = STEPCOST_DECAY;
+    if (decode_only) {
+        c->gw = d * c->gw + n;
+        c->gt = d * c->gt + n * seconds;
+    }
     c->sw = d * c->sw + 1;
     c->sn = d * c->sn + n;
     c->snn = d * c->snn + n * n;
@@ -40,6 +44,11 @@ void stepcost_observe(struct stepcost *c, int n_tokens, double seconds)
     c->a_s = mt - c->b_s * mn;
 }
 
+double stepcost_usual_gap(const struct stepcost *c)
+{
+    return c->gw > 0 ? c->gt / c->gw : 0;
+}
+
 double stepcost_predict(const struct stepcost *c, int n_tokens)
 {
     return c->fitted ? c->a_s + c->b_s * n_tokens : 0;
@@ -52,7 +61,7 @@ int stepcost_limit(const struct stepcost *c, int n_decode, double ratio, int bud
     /* A negative fixed cost (noise at a steep slope) would shrink the
      * decode step's predicted cost below what its tokens cost alone. */
     double decode_s = MAX(c->a_s, 0) + c->b_s * n_decode;
-    double extra = (ratio - 1) * decode_s / c->b_s;
+    double extra = (ratio * MAX(decode_s, stepcost_usual_gap(c)) - decode_s) / c->b_s;
     if (!(extra < (double)budget)) return budget; /* also catches inf / nan */
     int n = n_decode + MAX((int)extra, 1);
     return MIN(n, budget);

@@ -22,8 +22,18 @@
  *
  *     a + b * n <= ratio * (a + b * d)   =>   n <= d + (ratio - 1)(a + b d) / b
  *
+ * (with the usual gap G in place of a + b * d when G is longer:
+ * n <= d + (ratio * G - (a + b d)) / b)
+ *
  * so a decoding request's inter-token gap in a step that also prefills is at
- * most `ratio` times its gap in a decode-only step. The line is a secant,
+ * most `ratio` times its gap in a decode-only step. The decode-only cost is
+ * the larger of the line's a + b * d and the gap decoding requests usually
+ * see: the mean of recent decode-only steps' seconds, weighted by their
+ * decode tokens (decaying like the fit). When most streams wait for their
+ * prompts (turns of many clients ending together), the few still decoding
+ * are held to the gap they had under the full load rather than to the
+ * shorter gap of their small batch, and the waiting prompts advance in
+ * chunks that amortize the weight reads. The line is a secant,
  * not the kernel's true curve: steps too slow pull the slope up and the next
  * chunk down, steps too fast the reverse, so the chunk settles where mixed
  * steps cost about `ratio` decode steps, on this machine, under this load.
@@ -53,13 +63,20 @@ struct stepcost {
     double a_s;  /* fitted fixed cost per step, seconds (valid when fitted) */
     double b_s;  /* fitted cost per token, seconds (valid when fitted) */
     bool fitted; /* a_s and b_s come from observations with spread in n */
+    double gw;   /* decode-only steps: weighted sum of their decode tokens */
+    double gt;   /* decode-only steps: weighted sum of tokens * seconds */
 };
 
 void stepcost_init(struct stepcost *c);
-/* Records a step of n_tokens (> 0) that took seconds (>= 0) and refits. */
-void stepcost_observe(struct stepcost *c, int n_tokens, double seconds);
+/* Records a step of n_tokens (> 0) that took seconds (>= 0) and refits;
+ * decode_only: every token of the step was a decode (the usual-gap mean). */
+void stepcost_observe(struct stepcost *c, int n_tokens, double seconds, bool decode_only);
+/* The gap decoding requests usually see, seconds (0 before any decode-only
+ * step). */
+double stepcost_usual_gap(const struct stepcost *c);
 /* The most tokens a step with n_decode decode tokens may hold so that it
- * costs at most ratio times a decode-only step, within [n_decode + 1,
+ * costs at most ratio times a decode-only step (or the usual gap, if
+ * longer), within [n_decode + 1,
  * budget] (at least one prefill token, so prompts always advance). budget
  * when n_decode is 0, ratio <= 1, or the model has no positive slope yet. */
 int stepcost_limit(const struct stepcost *c, int n_decode, double ratio, int budget);

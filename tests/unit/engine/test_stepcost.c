@@ -13,7 +13,7 @@ static void feed(struct stepcost *c, int n_obs, int n_lo, int n_hi, double a, do
 {
     for (int i = 0; i < n_obs; i++) {
         int n = i % 2 ? n_hi : n_lo;
-        stepcost_observe(c, n, a + b * n);
+        stepcost_observe(c, n, a + b * n, false);
     }
 }
 
@@ -24,7 +24,7 @@ TEST(nothing_known_means_the_whole_budget)
     EXPECT_EQ_INT(stepcost_limit(&c, 8, 2.0, 128), 128);
     /* one batch size only: no slope */
     for (int i = 0; i < 50; i++)
-        stepcost_observe(&c, 8, 0.045);
+        stepcost_observe(&c, 8, 0.045, false);
     EXPECT(!c.fitted);
     EXPECT_EQ_INT(stepcost_limit(&c, 8, 2.0, 128), 128);
 }
@@ -62,6 +62,28 @@ TEST(limit_keeps_a_mixed_step_within_the_ratio)
     EXPECT_EQ_INT(stepcost_limit(&c, 128, 2.0, 128), 128);
 }
 
+/* A few streams decode while most wait for their prompts: they are held to
+ * the gap the full load gave them, so the chunk grows; a lone stream that
+ * has always been alone keeps its own gap. */
+TEST(limit_holds_to_the_usual_gap)
+{
+    struct stepcost c;
+    stepcost_init(&c);
+    feed(&c, 40, 8, 40, 0.015, 0.004);
+    EXPECT(stepcost_usual_gap(&c) == 0);
+    EXPECT_EQ_INT(stepcost_limit(&c, 2, 2.0, 512), 2 + 5); /* 0.023 / 0.004 */
+    for (int i = 0; i < 200; i++)
+        stepcost_observe(&c, 8, 0.047, true); /* 8 streams, decode only */
+    EXPECT(fabs(stepcost_usual_gap(&c) - 0.047) < 1e-12);
+    /* 2 decoding: the step may cost 2 x 0.047 s, 2 + 0.071 / 0.004 */
+    EXPECT_EQ_INT(stepcost_limit(&c, 2, 2.0, 512), 2 + 17);
+    /* 16 decoding costs more than the usual gap: its own cost bounds it */
+    EXPECT_EQ_INT(stepcost_limit(&c, 16, 2.0, 512), 16 + 19);
+    /* mixed steps do not move the usual gap */
+    stepcost_observe(&c, 40, 0.175, false);
+    EXPECT(fabs(stepcost_usual_gap(&c) - 0.047) < 1e-12);
+}
+
 TEST(limit_follows_a_change_of_costs)
 {
     /* A faster small-batch kernel: the fixed part dominates, tokens are
@@ -86,8 +108,8 @@ TEST(no_positive_slope_means_the_whole_budget)
     EXPECT(c.fitted);
     EXPECT_EQ_INT(stepcost_limit(&c, 8, 2.0, 256), 256);
     /* garbage timings are ignored */
-    stepcost_observe(&c, 8, -1.0);
-    stepcost_observe(&c, 8, NAN);
+    stepcost_observe(&c, 8, -1.0, true);
+    stepcost_observe(&c, 8, NAN, true);
     EXPECT_EQ_INT(c.n_obs, 40);
 }
 
