@@ -264,14 +264,6 @@ static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, const void *p
     }
 }
 
-/* Asks for the cache lines of [p, p + n) (locality as __builtin_prefetch). */
-#define prefetch_rows(p, n, locality)                                                              \
-    do {                                                                                           \
-        const uint8_t *p_ = (p);                                                                   \
-        for (size_t o_ = 0; o_ < (n); o_ += 64)                                                    \
-            __builtin_prefetch(p_ + o_, 0, (locality));                                            \
-    } while (0)
-
 #define ATTEND_MAX_HEADS 64 /* query heads of one attend() call */
 
 /* Attention of token t for query heads [h0, h0 + nh) of one KV group, over
@@ -290,21 +282,14 @@ static void attend(struct fwd_ctx *c, int layer, int t, int h0, int nh, float *s
     const float *q = c->q + (size_t)t * hp->n_head * hd + (size_t)h0 * hd;
     const float scale = 1.0f / sqrtf((float)hd);
 
-    /* A group's panel of a block is a few KiB. Blocks with consecutive ids
-     * are adjacent in the pool (one region per layer and head), so most of a
-     * sequence reads as one run the hardware prefetchers follow; where its
-     * table jumps (from a shared prefix to its own blocks, or around another
-     * sequence's), the K panel two blocks ahead is already on its way, and
-     * each block's V rows go towards L2 during the score pass, ready for the
-     * weighted sum. */
-    const int n_blocks = (n_ctx + bt - 1) / bt;
+    /* Blocks with consecutive ids are adjacent in the pool (one region per
+     * layer and head), so most of a sequence reads as one run that the
+     * hardware prefetchers follow. Software prefetch of the K panel two
+     * blocks ahead and of each block's V rows, which the old block-major
+     * layout needed, now only stalled on full miss queues: without it an
+     * 8-stream step at ~1,500 positions is ~5 % faster. */
     for (int p0 = 0, bi = 0; p0 < n_ctx; p0 += bt, bi++) {
         int rows = MIN(bt, n_ctx - p0);
-        if (bi + 2 < n_blocks)
-            prefetch_rows((const uint8_t *)kv_pool_k(kv, s->blocks[bi + 2], layer, kvh),
-                          (size_t)bt * row, 3);
-        prefetch_rows((const uint8_t *)kv_pool_v(kv, s->blocks[bi], layer, kvh), (size_t)rows * row,
-                      2);
         const uint8_t *kb = (const uint8_t *)kv_pool_k(kv, s->blocks[bi], layer, kvh);
         kern_kv_dot_heads(kv->cfg.dtype, kb, bt, rows, q, hd, nh, hd, scores + p0, lds);
     }
