@@ -3,6 +3,8 @@
  */
 #include "base/check.h"
 
+#include <errno.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -59,6 +61,28 @@ void *huge_alloc(size_t n)
     /* advice only: kernels without THP keep 4 KiB pages */
     (void)madvise(p, rounded, MADV_HUGEPAGE);
     return p;
+}
+
+int prefault(void *p, size_t n)
+{
+    if (!n) return 0;
+#ifdef MADV_POPULATE_WRITE
+    /* the kernel zero-fills every page (huge ones where advised) without a
+     * fault per page; whole pages only, so the unaligned edges are written */
+    const size_t page = 4096;
+    uintptr_t a = ((uintptr_t)p + page - 1) & ~(uintptr_t)(page - 1);
+    uintptr_t b = ((uintptr_t)p + n) & ~(uintptr_t)(page - 1);
+    if (b > a) {
+        if (madvise((void *)a, b - a, MADV_POPULATE_WRITE) == 0) {
+            memset(p, 0, a - (uintptr_t)p);
+            memset((void *)b, 0, (uintptr_t)p + n - b);
+            return 0;
+        }
+        if (errno != EINVAL) return -1; /* EINVAL: a kernel without it */
+    }
+#endif
+    memset(p, 0, n); /* touch every page */
+    return 0;
 }
 
 void *xhuge_alloc(size_t n)

@@ -37,5 +37,9 @@ void *xaligned_alloc(size_t n);
  * "madvise"). Returns NULL when out of memory; free with free(). */
 void *huge_alloc(size_t n);
 void *xhuge_alloc(size_t n); /* huge_alloc that aborts when out of memory */
+/* Backs n bytes from p (a huge_alloc block, not yet written) with memory
+ * now, zero-filled, so that first writes later take no page faults.
+ * Returns 0, or -1 (errno set) when the kernel cannot back them. */
+int prefault(void *p, size_t n);
 
 #endif

@@ -150,7 +150,7 @@ static double time_decode(inferd_engine *e, int n_vocab, int max_ctx, int B, int
 int cmd_bench_engine(int argc, char **argv)
 {
     const char *model_path = NULL;
-    long threads = 0, pp = 512, tg = 128, depth = 0, shared = 0;
+    long threads = 0, pp = 512, tg = 128, depth = 0, shared = 0, bsteps = 32;
     bool json = false;
     int batches[8] = {4, 16, 64}, n_batches = 3;
     enum inferd_kv_type kvt = INFERD_KV_F16;
@@ -161,12 +161,14 @@ int cmd_bench_engine(int argc, char **argv)
                 stderr,
                 "usage: inferd bench-engine -m MODEL [--threads N] [--pp N] [--tg N]\n"
                 "                           [--batches 4,16,64] [--depth N] [--shared-prefix N]\n"
-                "                           [--kv f16|bf16|f32] [--json]\n"
+                "                           [--steps N] [--kv f16|bf16|f32] [--json]\n"
                 "  --depth N          decode tests start from N-token contexts (attention over\n"
                 "                     a served conversation's history; default: 1-16 tokens)\n"
                 "  --shared-prefix N  the first N tokens of those contexts are the same in\n"
                 "                     every sequence (a shared system prompt, held once by the\n"
-                "                     prefix cache); N <= depth\n");
+                "                     prefix cache); N <= depth\n"
+                "  --steps N          decode steps timed per batch size (default 32; more\n"
+                "                     steps average out a noisy machine)\n");
             return 0;
         }
         if (!strcmp(a, "--json")) {
@@ -182,6 +184,8 @@ int cmd_bench_engine(int argc, char **argv)
             if (!arg_int(a, val, 1, 16384, &pp)) return 2;
         } else if (!strcmp(a, "--tg")) {
             if (!arg_int(a, val, 2, 16384, &tg)) return 2;
+        } else if (!strcmp(a, "--steps")) {
+            if (!arg_int(a, val, 2, 16384, &bsteps)) return 2;
         } else if (!strcmp(a, "--depth")) {
             if (!arg_int(a, val, 1, 131072, &depth)) return 2;
         } else if (!strcmp(a, "--shared-prefix")) {
@@ -246,7 +250,7 @@ int cmd_bench_engine(int argc, char **argv)
     cfg.token_budget = (int)MAX(pp, MAX(max_batch, 512));
     cfg.prefill_step_ratio = -1;
     cfg.max_seqs = max_batch;
-    cfg.max_ctx = (int)MAX(pp + 2, MAX(depth, 16) + MAX(tg, 32) + 8 + /* batches run 32 steps */
+    cfg.max_ctx = (int)MAX(pp + 2, MAX(depth, 16) + MAX(tg, bsteps) + 8 +
                                        max_batch * MAX(depth, 16) / cfg.token_budget);
     cfg.kv_blocks = max_batch * (cfg.max_ctx / 16 + 2) + (int)pp / 16 + 4;
     inferd_engine *e;
@@ -323,7 +327,7 @@ int cmd_bench_engine(int argc, char **argv)
     for (int k = 0; k < n_batches; k++)
         bsz[k + 1] = batches[k];
     for (int k = 0; k <= n_batches; k++) {
-        int B = bsz[k], steps = k == 0 ? (int)tg : 32;
+        int B = bsz[k], steps = k == 0 ? (int)tg : (int)bsteps;
         double mean_ctx;
         if (k == 0) time_decode(e, V, cfg.max_ctx, 1, 1, 0, 8, &mean_ctx); /* warm-up */
         double bw0 = peak_read_gbs(pool, probe, probe_bytes, 3);

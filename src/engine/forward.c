@@ -264,19 +264,19 @@ static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, const void *p
     }
 }
 
-#define ATTEND_MAX_HEADS 64 /* query heads of one attend() call */
+#define ATTEND_MAX_HEADS KERN_ATTEND_MAX_HEADS /* query heads of one attend() call */
 
 /* Attention of token t for query heads [h0, h0 + nh) of one KV group, over
- * positions [0, pos] of its sequence. The group's heads read each K and V
- * block together (kern_kv_dot_heads), which gives every head the bits it
- * would get alone, so how heads are grouped into tasks changes nothing. */
+ * positions [0, pos] of its sequence, in one kern_attend_heads call over
+ * the sequence's block table. The group's heads read each K and V block
+ * together, which gives every head the bits it would get alone, so how
+ * heads are grouped into tasks changes nothing. */
 static void attend(struct fwd_ctx *c, int layer, int t, int h0, int nh, float *scores)
 {
     const struct model_hparams *hp = &c->m->hp;
     const struct kv_pool *kv = c->kv;
     const int hd = hp->head_dim, bt = kv->cfg.block_tokens, lds = c->scores_ld;
     const int kvh = h0 / (hp->n_head / hp->n_head_kv);
-    const size_t row = (size_t)hd * dtype_info(kv->cfg.dtype)->type_size;
     const struct kv_seq *s = c->b->seqs[c->b->seq[t]];
     const int n_ctx = c->b->pos[t] + 1;
     const float *q = c->q + (size_t)t * hp->n_head * hd + (size_t)h0 * hd;
@@ -288,29 +288,11 @@ static void attend(struct fwd_ctx *c, int layer, int t, int h0, int nh, float *s
      * blocks ahead and of each block's V rows, which the old block-major
      * layout needed, now only stalled on full miss queues: without it an
      * 8-stream step at ~1,500 positions is ~5 % faster. */
-    for (int p0 = 0, bi = 0; p0 < n_ctx; p0 += bt, bi++) {
-        int rows = MIN(bt, n_ctx - p0);
-        const uint8_t *kb = (const uint8_t *)kv_pool_k(kv, s->blocks[bi], layer, kvh);
-        kern_kv_dot_heads(kv->cfg.dtype, kb, bt, rows, q, hd, nh, hd, scores + p0, lds);
-    }
-    /* Unnormalized weights; each head's sum divides its output once. */
-    float total[ATTEND_MAX_HEADS];
-    CHECK(nh <= ATTEND_MAX_HEADS);
-    for (int h = 0; h < nh; h++)
-        total[h] = kern_softmax_exp(scores + (size_t)h * lds, n_ctx, scale);
-
+    CHECK(nh <= KERN_ATTEND_MAX_HEADS);
     float *out = c->h + (size_t)t * hp->n_head * hd + (size_t)h0 * hd;
-    memset(out, 0, sizeof(float) * (size_t)hd * (size_t)nh);
-    for (int p0 = 0, bi = 0; p0 < n_ctx; p0 += bt, bi++) {
-        int rows = MIN(bt, n_ctx - p0);
-        const uint8_t *vb = (const uint8_t *)kv_pool_v(kv, s->blocks[bi], layer, kvh);
-        kern_kv_accum_heads(kv->cfg.dtype, vb, row, rows, scores + p0, lds, nh, hd, out, hd);
-    }
-    for (int h = 0; h < nh; h++) {
-        const float inv = 1.0f / total[h];
-        for (int i = 0; i < hd; i++)
-            out[(size_t)h * hd + i] *= inv;
-    }
+    kern_attend_heads(kv->cfg.dtype, kv_pool_k(kv, 0, layer, kvh), kv_pool_v(kv, 0, layer, kvh),
+                      kv->panel_bytes, s->blocks, bt, n_ctx, q, hd, nh, hd, scale, scores, lds, out,
+                      hd);
 }
 
 /* Bias, qk-norm, rope for token t's q and k; stores k and v into the cache. */

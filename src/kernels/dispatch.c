@@ -19,6 +19,7 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "kernels/kernels_impl.h"
+#include "kernels/vecmath.h"
 #include "kernels/quants.h"
 
 #include <errno.h>
@@ -188,6 +189,37 @@ void kern_kv_accum_heads(enum dtype kv, const void *v, size_t stride, int n_rows
     }
     for (int h = 0; h < n_heads; h++)
         ops()->kv_accum(kv, v, stride, n_rows, w + (size_t)h * ldw, d, out + (size_t)h * ldo);
+}
+
+void kern_attend_heads(enum dtype kv, const void *k, const void *v, size_t block_stride,
+                       const int32_t *ids, int ld, int n, const float *q, int ldq, int n_heads,
+                       int d, float scale, float *scores, int lds, float *out, int ldo)
+{
+    CHECK(kv == DTYPE_F32 || kv == DTYPE_F16 || kv == DTYPE_BF16);
+    CHECK(n > 0 && ld > 0 && lds >= n && d > 0 && n_heads > 0 && n_heads <= KERN_ATTEND_MAX_HEADS &&
+          scale > 0);
+    if (ops()->attend_heads) {
+        ops()->attend_heads(kv, k, v, block_stride, ids, ld, n, q, ldq, n_heads, d, scale, scores,
+                            lds, out, ldo);
+        return;
+    }
+    const size_t row = (size_t)d * dtype_info(kv)->type_size;
+    for (int p0 = 0, i = 0; p0 < n; p0 += ld, i++)
+        kern_kv_dot_heads(kv, (const char *)k + (size_t)ids[i] * block_stride, ld,
+                          n - p0 < ld ? n - p0 : ld, q, ldq, n_heads, d, scores + p0, lds);
+    float total[KERN_ATTEND_MAX_HEADS];
+    for (int h = 0; h < n_heads; h++) {
+        total[h] = kern_softmax_exp(scores + (size_t)h * lds, n, scale);
+        memset(out + (size_t)h * ldo, 0, sizeof(float) * (size_t)d);
+    }
+    for (int p0 = 0, i = 0; p0 < n; p0 += ld, i++)
+        kern_kv_accum_heads(kv, (const char *)v + (size_t)ids[i] * block_stride, row,
+                            n - p0 < ld ? n - p0 : ld, scores + p0, lds, n_heads, d, out, ldo);
+    for (int h = 0; h < n_heads; h++) {
+        const float inv = 1.0f / total[h];
+        for (int i = 0; i < d; i++)
+            out[(size_t)h * ldo + i] *= inv;
+    }
 }
 
 void kern_kv_store(enum dtype kv, const float *x, void *y, int n)

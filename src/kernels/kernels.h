@@ -128,6 +128,21 @@ void kern_kv_dot_heads(enum dtype kv, const void *kt, int ld, int n_rows, const 
  * each element bitwise what kern_kv_accum gives; V is read once. */
 void kern_kv_accum_heads(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w,
                          int ldw, int n_heads, int d, float *out, int ldo);
+/* One query token's attention for n_heads heads that share one KV head,
+ * over n cached positions kept in blocks of ld positions: block i's K panel
+ * (as above, ld elements a dimension) at k + ids[i] * block_stride, its V
+ * rows (d elements each, row-major) at v + ids[i] * block_stride. For head
+ * h (query q + h * ldq):
+ *   out[h * ldo + i] = sum_j w_j V[j][i] / sum_j w_j,
+ *   w_j = exp(scale * q.K_j - max_j' scale * q.K_j').
+ * Bitwise what this composition gives: kern_kv_dot_heads per block into
+ * scores (n_heads rows of lds >= n floats, scratch), kern_softmax_exp per
+ * head, kern_kv_accum_heads per block into zeroed out, then each head's row
+ * times 1.0f / its sum. n_heads <= KERN_ATTEND_MAX_HEADS. */
+#define KERN_ATTEND_MAX_HEADS 64
+void kern_attend_heads(enum dtype kv, const void *k, const void *v, size_t block_stride,
+                       const int32_t *ids, int ld, int n, const float *q, int ldq, int n_heads,
+                       int d, float scale, float *scores, int lds, float *out, int ldo);
 /* Stores one key (n floats) as column j of a K panel of ld elements a
  * dimension: element e goes to e * ld + j, converted as kern_kv_store. */
 void kern_kv_store_col(enum dtype kv, const float *x, void *kt, int ld, int j, int n);

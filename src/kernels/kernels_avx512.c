@@ -51,6 +51,7 @@
  */
 #include "base/check.h"
 #include "kernels/kernels_impl.h"
+#include "kernels/vecmath.h"
 #include "kernels/quants.h"
 
 #include <immintrin.h>
@@ -1569,6 +1570,17 @@ static void kv_accum_avx512(enum dtype kv, const void *v, size_t stride, int n_r
  * The weighted sum over V rows (row-major) converts each row once for up to
  * KVH_ACC heads; every output element is fma(w[j], v[j], out) in row order,
  * as kv_accum_t, so the bits equal one call per head. */
+/* Positions [0, n) of one KV head kept in blocks of bt: block i's data
+ * (a K panel or V rows) at base + ids[i] * bstride. One block of n rows is
+ * {ptr, 0, &zero_id, n, n}. */
+struct kvrun {
+    const char *base;
+    size_t bstride;
+    const int32_t *ids;
+    int bt, n;
+};
+static const int32_t zero_id = 0;
+
 #define KVH_DOT 7 /* heads sharing each K panel vector's load */
 #define KVH_ACC 8 /* heads x 2 vectors of outputs held in registers */
 
@@ -1636,61 +1648,72 @@ AI void kvt_dot16_heads(const int kv, const char *kt, size_t dim, __mmask16 m, c
         break;                                                                                     \
     }
 
-/* q.K for kv type kvt_ and mask mk_ (locals of the case below, constants
- * once inlined); the dispatch never passes more than KVH_DOT heads. */
-#define KVT_DOT_CALL(h)                                                                            \
-    kvt_dot16_heads(kvt_, kt, dim, mk_, q, ldq, (h) < KVH_DOT ? (h) : KVH_DOT, d, out, ldo)
-/* A whole-vector mask as a constant, so full panels load without masks. */
-#define KVT_DOT_CASE(kvt)                                                                          \
-    do {                                                                                           \
-        const int kvt_ = (kvt);                                                                    \
-        if (m == 0xffff) {                                                                         \
-            const __mmask16 mk_ = 0xffff;                                                          \
-            HEADS_SWITCH(H, KVT_DOT_CALL)                                                          \
-        } else {                                                                                   \
-            const __mmask16 mk_ = m;                                                               \
-            HEADS_SWITCH(H, KVT_DOT_CALL)                                                          \
-        }                                                                                          \
-    } while (0)
-
-static __attribute__((noinline)) void kvt_dot16_f16(const char *kt, size_t dim, __mmask16 m,
-                                                    const float *q, int ldq, int H, int d,
-                                                    float *out, int ldo)
+/* q.K of H <= KVH_DOT heads over a run of K panels (r.bt elements a
+ * dimension): out[h * ldo + p] for positions p in [0, r.n). */
+AI void kvt_dot_run(const int kv, struct kvrun r, const float *q, int ldq, const int H, int d,
+                    float *out, int ldo)
 {
-    KVT_DOT_CASE(DTYPE_F16);
+    const size_t es = kv == DTYPE_F32 ? 4 : 2, dim = (size_t)r.bt * es;
+    for (int p0 = 0, i = 0; p0 < r.n; p0 += r.bt, i++) {
+        const char *kt = r.base + (size_t)r.ids[i] * r.bstride;
+        const int n_rows = r.n - p0 < r.bt ? r.n - p0 : r.bt;
+        for (int j = 0; j < n_rows; j += 16) {
+            const char *kj = kt + (size_t)j * es;
+            float *oj = out + p0 + j;
+            if (n_rows - j >= 16) /* a constant mask: full panels load unmasked */
+                kvt_dot16_heads(kv, kj, dim, 0xffff, q, ldq, H, d, oj, ldo);
+            else
+                kvt_dot16_heads(kv, kj, dim, (__mmask16)((1u << (n_rows - j)) - 1), q, ldq, H, d,
+                                oj, ldo);
+        }
+    }
 }
 
-static __attribute__((noinline)) void kvt_dot16_any(int kv, const char *kt, size_t dim, __mmask16 m,
-                                                    const float *q, int ldq, int H, int d,
-                                                    float *out, int ldo)
+/* One instance per head count, so that each keeps its accumulators in
+ * registers; the callers never pass more than KVH_DOT heads. */
+#define KVT_DOT_CALL(h) kvt_dot_run(kvt_, r, q, ldq, (h) < KVH_DOT ? (h) : KVH_DOT, d, out, ldo)
+
+static __attribute__((noinline)) void kvt_dot_f16(struct kvrun r, const float *q, int ldq, int H,
+                                                  int d, float *out, int ldo)
+{
+    const int kvt_ = DTYPE_F16;
+    HEADS_SWITCH(H, KVT_DOT_CALL)
+}
+
+static __attribute__((noinline)) void kvt_dot_any(int kv, struct kvrun r, const float *q, int ldq,
+                                                  int H, int d, float *out, int ldo)
 {
     if (kv == DTYPE_F32) {
-        KVT_DOT_CASE(DTYPE_F32);
+        const int kvt_ = DTYPE_F32;
+        HEADS_SWITCH(H, KVT_DOT_CALL)
     } else {
-        KVT_DOT_CASE(DTYPE_BF16);
+        const int kvt_ = DTYPE_BF16;
+        HEADS_SWITCH(H, KVT_DOT_CALL)
+    }
+}
+
+/* q.K of n_heads heads over a run of K panels. */
+static void kv_dot_run(enum dtype kv, struct kvrun r, const float *q, int ldq, int n_heads, int d,
+                       float *out, int ldo)
+{
+    /* heads in near-equal groups of at most KVH_DOT (8 heads: 4 + 4, not 7 + 1) */
+    const int n_groups = (n_heads + KVH_DOT - 1) / KVH_DOT;
+    for (int g = 0; g < n_groups; g++) {
+        int h0 = g * n_heads / n_groups, H = (g + 1) * n_heads / n_groups - h0;
+        const float *qh = q + (size_t)h0 * ldq;
+        float *oh = out + (size_t)h0 * ldo;
+        if (kv == DTYPE_F16)
+            kvt_dot_f16(r, qh, ldq, H, d, oh, ldo);
+        else
+            kvt_dot_any(kv, r, qh, ldq, H, d, oh, ldo);
     }
 }
 
 static void kv_dot_heads_avx512(enum dtype kv, const void *kt, int ld, int n_rows, const float *q,
                                 int ldq, int n_heads, int d, float *out, int ldo)
 {
-    const size_t es = kv == DTYPE_F32 ? 4 : 2, dim = (size_t)ld * es;
-    /* heads in near-equal groups of at most KVH_DOT (8 heads: 4 + 4, not 7 + 1) */
-    const int n_groups = (n_heads + KVH_DOT - 1) / KVH_DOT;
-    for (int g = 0; g < n_groups; g++) {
-        int h0 = g * n_heads / n_groups, H = (g + 1) * n_heads / n_groups - h0;
-        const float *qh = q + (size_t)h0 * ldq;
-        for (int j = 0; j < n_rows; j += 16) {
-            int left = n_rows - j;
-            __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-            const char *kj = (const char *)kt + (size_t)j * es;
-            float *oh = out + (size_t)h0 * ldo + j;
-            if (kv == DTYPE_F16)
-                kvt_dot16_f16(kj, dim, m, qh, ldq, H, d, oh, ldo);
-            else
-                kvt_dot16_any(kv, kj, dim, m, qh, ldq, H, d, oh, ldo);
-        }
-    }
+    const struct kvrun r = {kt, 0, &zero_id, ld, n_rows};
+    kv_dot_run(kv, r, q, ldq, n_heads, d, out, ldo);
 }
 
 static void kv_dot_avx512(enum dtype kv, const void *kt, int ld, int n_rows, const float *q, int d,
@@ -1699,15 +1722,17 @@ static void kv_dot_avx512(enum dtype kv, const void *kt, int ld, int n_rows, con
     kv_dot_heads_avx512(kv, kt, ld, n_rows, q, 0, 1, d, out, 0);
 }
 
-/* Columns [e, e + 16 NV) of H heads over n_rows rows, NV x H <= 16
- * accumulators: each row is converted once for all H heads. `full`: all
- * 16 NV columns exist (no masks), else the masks cover a last slice
- * narrower than that (a slice past d, mask 0, computes zeros never stored).
- * Few heads take 4 vectors (enough independent chains per row), more heads
- * 2 (16 accumulators at most); the bits are the same either way. */
-AI void kv_acc_heads(const int kv, const char *v, size_t stride, int n_rows, const float *w,
-                     int ldw, const int H, const int NV, int e, const int full,
-                     const __mmask16 m[4], float *out, int ldo)
+/* Columns [e, e + 16 NV) of H heads over the run's rows (V, row stride
+ * `stride`), NV x H <= 16 accumulators held in registers across every
+ * block: each row is converted once for all H heads. The accumulators
+ * start from out (acc_out) or from zero. `full`: all 16 NV columns exist
+ * (no masks), else the masks cover a last slice narrower than that (a
+ * slice past d, mask 0, computes zeros never stored). Few heads take 4
+ * vectors (enough independent chains per row), more heads 2 (16
+ * accumulators at most); the bits are the same either way. */
+AI void kv_acc_heads(const int kv, struct kvrun r, size_t stride, const float *w, int ldw,
+                     const int H, const int NV, int e, const int full, const __mmask16 m[4],
+                     int acc_out, float *out, int ldo)
 {
     __m512 o0[KVH_ACC], o1[KVH_ACC], o2[4], o3[4];
 #define KV_ACC_COLS(F)                                                                             \
@@ -1721,22 +1746,28 @@ AI void kv_acc_heads(const int kv, const char *v, size_t stride, int n_rows, con
     } while (0)
 #define KV_ACC_LOAD(o, c)                                                                          \
     _Pragma("GCC unroll 8") for (int h = 0; h < H; h++) o[h] =                                     \
-        full ? _mm512_loadu_ps(out + (size_t)h * ldo + e + 16 * (c))                               \
-             : _mm512_maskz_loadu_ps(m[c], out + (size_t)h * ldo + e + 16 * (c))
+        !acc_out ? _mm512_setzero_ps()                                                             \
+        : full   ? _mm512_loadu_ps(out + (size_t)h * ldo + e + 16 * (c))                           \
+                 : _mm512_maskz_loadu_ps(m[c], out + (size_t)h * ldo + e + 16 * (c))
     KV_ACC_COLS(KV_ACC_LOAD);
-    for (int j = 0; j < n_rows; j++) {
-        const char *row = v + (size_t)j * stride;
-        __m512 vc[4];
-        for (int c = 0; c < NV; c++)
-            vc[c] = full ? ldkv16(kv, row, e + 16 * c) : ldkv(kv, row, e + 16 * c, m[c]);
-        _Pragma("GCC unroll 8") for (int h = 0; h < H; h++)
-        {
-            __m512 wj = _mm512_set1_ps(w[(size_t)h * ldw + j]);
-            o0[h] = _mm512_fmadd_ps(wj, vc[0], o0[h]);
-            o1[h] = _mm512_fmadd_ps(wj, vc[1], o1[h]);
-            if (NV == 4) {
-                o2[h] = _mm512_fmadd_ps(wj, vc[2], o2[h]);
-                o3[h] = _mm512_fmadd_ps(wj, vc[3], o3[h]);
+    for (int p0 = 0, i = 0; p0 < r.n; p0 += r.bt, i++) {
+        const char *vb = r.base + (size_t)r.ids[i] * r.bstride;
+        const int n_rows = r.n - p0 < r.bt ? r.n - p0 : r.bt;
+        const float *wb = w + p0;
+        for (int j = 0; j < n_rows; j++) {
+            const char *row = vb + (size_t)j * stride;
+            __m512 vc[4];
+            for (int c = 0; c < NV; c++)
+                vc[c] = full ? ldkv16(kv, row, e + 16 * c) : ldkv(kv, row, e + 16 * c, m[c]);
+            _Pragma("GCC unroll 8") for (int h = 0; h < H; h++)
+            {
+                __m512 wj = _mm512_set1_ps(wb[(size_t)h * ldw + j]);
+                o0[h] = _mm512_fmadd_ps(wj, vc[0], o0[h]);
+                o1[h] = _mm512_fmadd_ps(wj, vc[1], o1[h]);
+                if (NV == 4) {
+                    o2[h] = _mm512_fmadd_ps(wj, vc[2], o2[h]);
+                    o3[h] = _mm512_fmadd_ps(wj, vc[3], o3[h]);
+                }
             }
         }
     }
@@ -1757,7 +1788,7 @@ AI void kv_acc_heads(const int kv, const char *v, size_t stride, int n_rows, con
 /* The V sum for kv type kvt_ and full_ (locals of the case below): up to
  * 4 heads over 64 columns, 5 to 8 over 32. */
 #define KV_ACC_CALL(h)                                                                             \
-    kv_acc_heads(kvt_, v, stride, n_rows, w, ldw, h, (h) <= 4 ? 4 : 2, e, full_, m, out, ldo)
+    kv_acc_heads(kvt_, r, stride, w, ldw, h, (h) <= 4 ? 4 : 2, e, full_, m, acc_out, out, ldo)
 #define KVH_ACC_CASE(kvt)                                                                          \
     do {                                                                                           \
         const int kvt_ = (kvt);                                                                    \
@@ -1770,16 +1801,17 @@ AI void kv_acc_heads(const int kv, const char *v, size_t stride, int n_rows, con
         }                                                                                          \
     } while (0)
 
-static __attribute__((noinline)) void kv_acc_f16(const char *v, size_t stride, int n_rows,
-                                                 const float *w, int ldw, int H, int e,
-                                                 const __mmask16 m[4], float *out, int ldo)
+static __attribute__((noinline)) void kv_acc_f16(struct kvrun r, size_t stride, const float *w,
+                                                 int ldw, int H, int e, const __mmask16 m[4],
+                                                 int acc_out, float *out, int ldo)
 {
     KVH_ACC_CASE(DTYPE_F16);
 }
 
-static __attribute__((noinline)) void kv_acc_any(int kv, const char *v, size_t stride, int n_rows,
+static __attribute__((noinline)) void kv_acc_any(int kv, struct kvrun r, size_t stride,
                                                  const float *w, int ldw, int H, int e,
-                                                 const __mmask16 m[4], float *out, int ldo)
+                                                 const __mmask16 m[4], int acc_out, float *out,
+                                                 int ldo)
 {
     if (kv == DTYPE_F32) {
         KVH_ACC_CASE(DTYPE_F32);
@@ -1788,8 +1820,10 @@ static __attribute__((noinline)) void kv_acc_any(int kv, const char *v, size_t s
     }
 }
 
-static void kv_accum_heads_avx512(enum dtype kv, const void *v, size_t stride, int n_rows,
-                                  const float *w, int ldw, int n_heads, int d, float *out, int ldo)
+/* The weighted V sum of n_heads heads over a run, into out (acc_out: on top
+ * of what out holds; else out is overwritten). */
+static void kv_acc_run(enum dtype kv, struct kvrun r, size_t stride, const float *w, int ldw,
+                       int n_heads, int d, int acc_out, float *out, int ldo)
 {
     /* heads in near-equal groups of at most KVH_ACC; a group's width is 64
      * columns up to 4 heads, else 32 */
@@ -1808,9 +1842,42 @@ static void kv_accum_heads_avx512(enum dtype kv, const void *v, size_t stride, i
                                                     : (__mmask16)((1u << left) - 1);
             }
             if (kv == DTYPE_F16)
-                kv_acc_f16(v, stride, n_rows, wh, ldw, H, e, m, oh, ldo);
+                kv_acc_f16(r, stride, wh, ldw, H, e, m, acc_out, oh, ldo);
             else
-                kv_acc_any(kv, v, stride, n_rows, wh, ldw, H, e, m, oh, ldo);
+                kv_acc_any(kv, r, stride, wh, ldw, H, e, m, acc_out, oh, ldo);
+        }
+    }
+}
+
+static void kv_accum_heads_avx512(enum dtype kv, const void *v, size_t stride, int n_rows,
+                                  const float *w, int ldw, int n_heads, int d, float *out, int ldo)
+{
+    const struct kvrun r = {v, 0, &zero_id, n_rows, n_rows};
+    kv_acc_run(kv, r, stride, w, ldw, n_heads, d, 1, out, ldo);
+}
+
+/* kern_attend_heads in one pass per phase: q.K over every block, the
+ * softmax weights, then the V sum with its accumulators in registers
+ * across all the blocks (stored once, not once per block). Each step is
+ * the per-block kernels' own code, so the bits are the composition's. */
+static void attend_heads_avx512(enum dtype kv, const void *k, const void *v, size_t block_stride,
+                                const int32_t *ids, int ld, int n, const float *q, int ldq,
+                                int n_heads, int d, float scale, float *scores, int lds, float *out,
+                                int ldo)
+{
+    const size_t es = kv == DTYPE_F32 ? 4 : 2;
+    const struct kvrun rk = {k, block_stride, ids, ld, n}, rv = {v, block_stride, ids, ld, n};
+    kv_dot_run(kv, rk, q, ldq, n_heads, d, scores, lds);
+    float total[KERN_ATTEND_MAX_HEADS];
+    for (int h = 0; h < n_heads; h++)
+        total[h] = kern__softmax_exp_avx512(scores + (size_t)h * lds, n, scale);
+    kv_acc_run(kv, rv, (size_t)d * es, scores, lds, n_heads, d, 0, out, ldo);
+    for (int h = 0; h < n_heads; h++) {
+        const __m512 inv = _mm512_set1_ps(1.0f / total[h]);
+        float *oh = out + (size_t)h * ldo;
+        for (int i = 0; i < d; i += 16) {
+            __mmask16 m = d - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - i)) - 1);
+            _mm512_mask_storeu_ps(oh + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, oh + i), inv));
         }
     }
 }
@@ -1874,6 +1941,7 @@ const struct kern__ops kern__ops_avx512 = {
     .kv_accum = kv_accum_avx512,
     .kv_dot_heads = kv_dot_heads_avx512,
     .kv_accum_heads = kv_accum_heads_avx512,
+    .attend_heads = attend_heads_avx512,
     .kv_store = kv_store_avx512,
     .dot_f32 = dot_f32_avx512,
     .sum_sq_f32 = sum_sq_f32_avx512,

@@ -64,6 +64,10 @@ struct kern__ops {
     /* kern_kv_accum_heads, n_rows > 0, n_heads > 0, d > 0; NULL: one kv_accum per head */
     void (*kv_accum_heads)(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w,
                            int ldw, int n_heads, int d, float *out, int ldo);
+    /* kern_attend_heads, arguments checked, n > 0; NULL: the composition */
+    void (*attend_heads)(enum dtype kv, const void *k, const void *v, size_t block_stride,
+                         const int32_t *ids, int ld, int n, const float *q, int ldq, int n_heads,
+                         int d, float scale, float *scores, int lds, float *out, int ldo);
     void (*kv_store)(enum dtype kv, const float *x, void *y, int n); /* kern_kv_store */
     float (*dot_f32)(const float *a, const float *b, int n);         /* kern_dot_f32 */
     float (*sum_sq_f32)(const float *x, int n);                      /* kern_sum_sq_f32 */

@@ -29,6 +29,55 @@ static inline __m512 exp16(__m512 x)
     return _mm512_mask_mov_ps(p, under, _mm512_setzero_ps());
 }
 
+/*
+ * exp16 of four vectors of y <= 0 (no NaN), in two halves so that a loop
+ * can overlap the polynomial of one group with the argument reduction of
+ * the next.
+ * Same bits as exp16, for every such y (checked exhaustively):
+ * min(y, 88.7) = y; y < -87.3 and max(y, -87.3) are an unsigned compare
+ * and min of the bits; lanes below -87.3 get n = -1000, so p stays finite
+ * and positive and p * 2^n underflows to +0, exp16's zero; elsewhere
+ * p * 2^n is normal, so vscalefps equals adding n to the exponent field.
+ * The loops are unrolled at every -O level, to keep f and n in registers.
+ */
+static inline __attribute__((always_inline)) void
+exp64_reduce(const float *x, __m512 sc, __m512 vmax, __m512 f[4], __m512 n[4])
+{
+    const __m512i lo = _mm512_set1_epi32((int)0xc2ae999au); /* bits of -87.3f */
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; u++) {
+        __m512 y = _mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * u), sc), vmax);
+        __mmask16 keep = _mm512_cmple_epu32_mask(_mm512_castps_si512(y), lo);
+        y = _mm512_castsi512_ps(_mm512_min_epu32(_mm512_castps_si512(y), lo));
+        n[u] = _mm512_mask_roundscale_ps(_mm512_set1_ps(-1000.0f), keep,
+                                         _mm512_mul_ps(y, _mm512_set1_ps(1.44269504088896341f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        y = _mm512_fnmadd_ps(n[u], _mm512_set1_ps(0.693145751953125f), y);
+        f[u] = _mm512_fnmadd_ps(n[u], _mm512_set1_ps(1.428606765330187e-06f), y);
+    }
+}
+
+/* The polynomial and 2^n of exp64_reduce's f, n: stores the four vectors at
+ * x and adds them to sum in order. */
+static inline __attribute__((always_inline)) __m512 exp64_finish(float *x, const __m512 f[4],
+                                                                 const __m512 n[4], __m512 sum)
+{
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; u++) {
+        __m512 p = _mm512_set1_ps(0.0013888889f);
+        p = _mm512_fmadd_ps(p, f[u], _mm512_set1_ps(0.008333334f));
+        p = _mm512_fmadd_ps(p, f[u], _mm512_set1_ps(0.041666668f));
+        p = _mm512_fmadd_ps(p, f[u], _mm512_set1_ps(0.16666667f));
+        p = _mm512_fmadd_ps(p, f[u], _mm512_set1_ps(0.5f));
+        p = _mm512_fmadd_ps(p, f[u], _mm512_set1_ps(1.0f));
+        p = _mm512_fmadd_ps(p, f[u], _mm512_set1_ps(1.0f));
+        p = _mm512_scalef_ps(p, n[u]);
+        _mm512_storeu_ps(x + 16 * u, p);
+        sum = _mm512_add_ps(sum, p);
+    }
+    return sum;
+}
+
 void kern__silu_mul_avx512(float *g, const float *u, int n)
 {
     const __m512 one = _mm512_set1_ps(1.0f);
@@ -41,20 +90,11 @@ void kern__silu_mul_avx512(float *g, const float *u, int n)
     }
 }
 
-float kern__softmax_exp_avx512(float *x, int n, float scale)
+/* The exp pass from x + j on, one vector at a time, for any inputs; then
+ * the lanes of sum, in order. */
+static float softmax_exp_from(float *x, int j, int n, __m512 sc, __m512 vmax, __m512 sum)
 {
-    const __m512 sc = _mm512_set1_ps(scale);
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        mx = _mm512_max_ps(mx, _mm512_loadu_ps(x + i));
-    if (i < n)
-        mx = _mm512_mask_max_ps(mx, (__mmask16)((1u << (n - i)) - 1), mx,
-                                _mm512_maskz_loadu_ps((__mmask16)((1u << (n - i)) - 1), x + i));
-    /* scale > 0 and rounding are monotone: max(scale * x) = scale * max(x) */
-    const __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(mx) * scale);
-    __m512 sum = _mm512_setzero_ps();
-    for (int j = 0; j < n; j += 16) {
+    for (; j < n; j += 16) {
         __mmask16 m = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
         __m512 v = exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), sc), vmax));
         v = _mm512_maskz_mov_ps(m, v);
@@ -66,4 +106,74 @@ float kern__softmax_exp_avx512(float *x, int n, float scale)
     for (int l = 0; l < 16; l++)
         total += part[l];
     return total;
+}
+
+/* Any row, NaN included: the max folds the vectors in order, as a NaN
+ * makes vmaxps depend on the order. */
+static float softmax_exp_any(float *x, int n, float scale)
+{
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        mx = _mm512_max_ps(mx, _mm512_loadu_ps(x + i));
+    if (i < n)
+        mx = _mm512_mask_max_ps(mx, (__mmask16)((1u << (n - i)) - 1), mx,
+                                _mm512_maskz_loadu_ps((__mmask16)((1u << (n - i)) - 1), x + i));
+    /* scale > 0 and rounding are monotone: max(scale * x) = scale * max(x) */
+    const __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(mx) * scale);
+    return softmax_exp_from(x, 0, n, _mm512_set1_ps(scale), vmax, _mm512_setzero_ps());
+}
+
+float kern__softmax_exp_avx512(float *x, int n, float scale)
+{
+    /* The max in four chains, and whether every element is ordered. */
+    __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+    __mmask16 ord0 = 0xffff, ord1 = 0xffff;
+    int i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
+        __m512 c = _mm512_loadu_ps(x + i + 32), d = _mm512_loadu_ps(x + i + 48);
+        ord0 = _mm512_mask_cmp_ps_mask(ord0, a, b, _CMP_ORD_Q);
+        ord1 = _mm512_mask_cmp_ps_mask(ord1, c, d, _CMP_ORD_Q);
+        m0 = _mm512_max_ps(m0, a);
+        m1 = _mm512_max_ps(m1, b);
+        m2 = _mm512_max_ps(m2, c);
+        m3 = _mm512_max_ps(m3, d);
+    }
+    for (; i + 16 <= n; i += 16) {
+        __m512 a = _mm512_loadu_ps(x + i);
+        ord0 = _mm512_mask_cmp_ps_mask(ord0, a, a, _CMP_ORD_Q);
+        m0 = _mm512_max_ps(m0, a);
+    }
+    if (i < n) {
+        __mmask16 t = (__mmask16)((1u << (n - i)) - 1);
+        __m512 a = _mm512_maskz_loadu_ps(t, x + i);
+        ord1 = _mm512_mask_cmp_ps_mask(ord1, a, a, _CMP_ORD_Q);
+        m1 = _mm512_mask_max_ps(m1, t, m1, a);
+    }
+    m0 = _mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3));
+    float ms = _mm512_reduce_max_ps(m0) * scale;
+    /* Without NaN, the max is that of softmax_exp_any (a zero max may differ
+     * in sign, which changes no result); with scale > 0 and ms finite, every
+     * y = scale * x - ms is then <= 0 and not NaN, as exp64_reduce needs.
+     * The vectors still add to sum in order. */
+    if ((__mmask16)(ord0 & ord1) != 0xffff || !(scale > 0) || !(ms - ms == 0))
+        return softmax_exp_any(x, n, scale);
+    const __m512 sc = _mm512_set1_ps(scale), vmax = _mm512_set1_ps(ms);
+    __m512 sum = _mm512_setzero_ps();
+    int j = 0;
+    if (n >= 128) { /* software pipelined: reduce x + j + 64, finish x + j */
+        __m512 f[4], e[4], fb[4], eb[4];
+        exp64_reduce(x, sc, vmax, f, e);
+        for (; j + 128 <= n; j += 64) {
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++)
+                fb[u] = f[u], eb[u] = e[u];
+            exp64_reduce(x + j + 64, sc, vmax, f, e);
+            sum = exp64_finish(x + j, fb, eb, sum);
+        }
+        sum = exp64_finish(x + j, f, e, sum);
+        j += 64;
+    }
+    return softmax_exp_from(x, j, n, sc, vmax, sum);
 }

@@ -25,6 +25,14 @@ int kv_pool_init(struct kv_pool *p, const struct kv_pool_config *cfg, struct err
     size_t total = p->block_bytes * (size_t)cfg->n_blocks;
     if (!(p->data = huge_alloc(total)))
         return err_set(msg, -ENOMEM, "kv cache: cannot allocate %zu bytes", total);
+    /* The whole arena is backed now: a fresh server would otherwise take
+     * its page faults (and the kernel's zeroing of each huge page) inside
+     * decode steps, as new blocks are first written. */
+    if (prefault(p->data, total)) {
+        free(p->data);
+        p->data = NULL;
+        return err_set(msg, -ENOMEM, "kv cache: cannot back %zu bytes with memory", total);
+    }
     p->free_list = xmalloc(sizeof(int32_t) * (size_t)cfg->n_blocks);
     p->free_pos = xmalloc(sizeof(int32_t) * (size_t)cfg->n_blocks);
     p->refs = xcalloc((size_t)cfg->n_blocks, sizeof(int32_t));

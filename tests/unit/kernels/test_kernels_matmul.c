@@ -24,6 +24,7 @@
 
 #include "kern_test_util.h"
 #include "kernels/kernels.h"
+#include "kernels/vecmath.h"
 
 #define U 0x1p-24
 
@@ -600,6 +601,95 @@ TEST(kv_heads_equal_single_head_calls)
                 free(KT);
                 free(V);
                 free(all);
+            }
+    }
+    kern_set_isa(kern_isa_max());
+}
+
+/* One token's attention over a block table (kern_attend_heads) equals, at
+ * every level and bitwise, the per-block calls it stands for: q.K per
+ * block, the softmax weights per head, the V sum per block into zeroed
+ * rows, each head's row times 1 / its sum. Blocks sit out of order in a
+ * shared arena; contexts end inside, at and past a block's end; head
+ * counts around the register groups. */
+TEST(attend_heads_equals_per_block_calls)
+{
+    struct rng r = {909};
+    static const int ds[] = {16, 64, 100};
+    static const int lds_[] = {16, 32};
+    static const int ns[] = {1, 15, 16, 17, 100, 300};
+    static const int hs[] = {1, 3, 7, 8, 9, 14};
+    enum { N_BLOCKS = 24 };
+    for (int ki = 0; ki < 3; ki++) {
+        enum dtype kv = kv_types[ki];
+        size_t es = kv == DTYPE_F32 ? 4 : 2;
+        for (size_t di = 0; di < sizeof(ds) / sizeof(ds[0]); di++)
+            for (size_t li = 0; li < sizeof(lds_) / sizeof(lds_[0]); li++) {
+                const int d = ds[di], ld = lds_[li], H = 14;
+                const size_t bstride = (size_t)d * ld * es + 64;
+                uint8_t *K = calloc(N_BLOCKS, bstride), *V = calloc(N_BLOCKS, bstride);
+                int32_t ids[N_BLOCKS];
+                for (int i = 0; i < N_BLOCKS; i++)
+                    ids[i] = (i * 7 + 3) % N_BLOCKS; /* a permutation */
+                float tmp[100];
+                for (int b = 0; b < N_BLOCKS; b++)
+                    for (int j = 0; j < ld; j++) {
+                        fill_normal(&r, tmp, d, 1.0f);
+                        kern_kv_store_col(kv, tmp, K + (size_t)b * bstride, ld, j, d);
+                        fill_normal(&r, tmp, d, 1.0f);
+                        kern_kv_store(kv, tmp, V + (size_t)b * bstride + (size_t)j * d * es, d);
+                    }
+                const int ldq = d + 3, ldo = d + 1, lds = N_BLOCKS * ld + 5;
+                float *q = malloc(sizeof(float) * (size_t)ldq * H);
+                float *s0 = malloc(sizeof(float) * (size_t)lds * H);
+                float *s1 = malloc(sizeof(float) * (size_t)lds * H);
+                float *a0 = malloc(sizeof(float) * (size_t)ldo * H);
+                float *a1 = malloc(sizeof(float) * (size_t)ldo * H);
+                fill_normal(&r, q, ldq * H, 1.0f);
+                int bad = 0, checked = 0;
+                for (int isa = 0; isa <= (int)kern_isa_max(); isa++) {
+                    kern_set_isa((enum kern_isa)isa);
+                    for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
+                        for (size_t hi = 0; hi < sizeof(hs) / sizeof(hs[0]); hi++) {
+                            const int n = ns[ni], nh = hs[hi];
+                            if (n > N_BLOCKS * ld) continue;
+                            const float scale = 0.125f;
+                            for (int i = 0; i < ldo * H; i++)
+                                a0[i] = a1[i] = sentinel();
+                            for (int p0 = 0, i = 0; p0 < n; p0 += ld, i++)
+                                kern_kv_dot_heads(kv, K + (size_t)ids[i] * bstride, ld,
+                                                  n - p0 < ld ? n - p0 : ld, q, ldq, nh, d, s0 + p0,
+                                                  lds);
+                            float total[14];
+                            for (int h = 0; h < nh; h++) {
+                                total[h] = kern_softmax_exp(s0 + (size_t)h * lds, n, scale);
+                                memset(a0 + (size_t)h * ldo, 0, sizeof(float) * (size_t)d);
+                            }
+                            for (int p0 = 0, i = 0; p0 < n; p0 += ld, i++)
+                                kern_kv_accum_heads(kv, V + (size_t)ids[i] * bstride, d * es,
+                                                    n - p0 < ld ? n - p0 : ld, s0 + p0, lds, nh, d,
+                                                    a0, ldo);
+                            for (int h = 0; h < nh; h++) {
+                                const float inv = 1.0f / total[h];
+                                for (int i = 0; i < d; i++)
+                                    a0[(size_t)h * ldo + i] *= inv;
+                            }
+                            kern_attend_heads(kv, K, V, bstride, ids, ld, n, q, ldq, nh, d, scale,
+                                              s1, lds, a1, ldo);
+                            /* outputs, and the padding and heads past nh untouched */
+                            bad += !same_bits(a0, a1, ldo * H);
+                            checked++;
+                        }
+                }
+                EXPECT(checked > 0);
+                EXPECT_EQ_INT(kv_failures(kv, d, ld, bad), 0);
+                free(K);
+                free(V);
+                free(q);
+                free(s0);
+                free(s1);
+                free(a0);
+                free(a1);
             }
     }
     kern_set_isa(kern_isa_max());
