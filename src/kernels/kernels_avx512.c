@@ -1569,7 +1569,12 @@ static void kv_accum_avx512(enum dtype kv, const void *v, size_t stride, int n_r
  *
  * The weighted sum over V rows (row-major) converts each row once for up to
  * KVH_ACC heads; every output element is fma(w[j], v[j], out) in row order,
- * as kv_accum_t, so the bits equal one call per head. */
+ * as kv_accum_t, so the bits equal one call per head.
+ *
+ * Both run over a block table in one call (struct kvrun), so one token's
+ * attention (kern_attend_heads) holds its V accumulators in registers
+ * across the whole context. */
+
 /* Positions [0, n) of one KV head kept in blocks of bt: block i's data
  * (a K panel or V rows) at base + ids[i] * bstride. One block of n rows is
  * {ptr, 0, &zero_id, n, n}. */
@@ -1582,7 +1587,7 @@ struct kvrun {
 static const int32_t zero_id = 0;
 
 #define KVH_DOT 7 /* heads sharing each K panel vector's load */
-#define KVH_ACC 8 /* heads x 2 vectors of outputs held in registers */
+#define KVH_ACC 8 /* heads of one V pass (8 x 2 or 7 x 4 vectors in registers) */
 
 /* One dimension e of a K panel into chain cr of every head. */
 #define KVT_STEP(cr, e)                                                                            \
@@ -1723,18 +1728,20 @@ static void kv_dot_avx512(enum dtype kv, const void *kt, int ld, int n_rows, con
 }
 
 /* Columns [e, e + 16 NV) of H heads over the run's rows (V, row stride
- * `stride`), NV x H <= 16 accumulators held in registers across every
- * block: each row is converted once for all H heads. The accumulators
- * start from out (acc_out) or from zero. `full`: all 16 NV columns exist
- * (no masks), else the masks cover a last slice narrower than that (a
- * slice past d, mask 0, computes zeros never stored). Few heads take 4
- * vectors (enough independent chains per row), more heads 2 (16
- * accumulators at most); the bits are the same either way. */
+ * `stride`), NV x H accumulators held in registers across every block:
+ * each row is converted once for all H heads. The accumulators start from
+ * out (acc_out) or from zero. `full`: all 16 NV columns exist (no masks),
+ * else the masks cover a last slice narrower than that (a slice past d,
+ * mask 0, computes zeros never stored). Up to 7 heads take 4 vectors (64
+ * columns: 28 accumulators and the row's 4 vectors fill the 32 registers,
+ * and each V row is read in one pass over the run), 8 heads 2 (two passes
+ * of 32 columns); the bits are the same either way. A run read in two
+ * column passes costs ~25 % more when the rows come from L3 or memory. */
 AI void kv_acc_heads(const int kv, struct kvrun r, size_t stride, const float *w, int ldw,
                      const int H, const int NV, int e, const int full, const __mmask16 m[4],
                      int acc_out, float *out, int ldo)
 {
-    __m512 o0[KVH_ACC], o1[KVH_ACC], o2[4], o3[4];
+    __m512 o0[KVH_ACC], o1[KVH_ACC], o2[KVH_ACC - 1], o3[KVH_ACC - 1];
 #define KV_ACC_COLS(F)                                                                             \
     do {                                                                                           \
         F(o0, 0);                                                                                  \
@@ -1786,13 +1793,13 @@ AI void kv_acc_heads(const int kv, struct kvrun r, size_t stride, const float *w
 }
 
 /* The V sum for kv type kvt_ and full_ (locals of the case below): up to
- * 4 heads over 64 columns, 5 to 8 over 32. */
+ * 7 heads over 64 columns, 8 over 32. */
 #define KV_ACC_CALL(h)                                                                             \
-    kv_acc_heads(kvt_, r, stride, w, ldw, h, (h) <= 4 ? 4 : 2, e, full_, m, acc_out, out, ldo)
+    kv_acc_heads(kvt_, r, stride, w, ldw, h, (h) <= 7 ? 4 : 2, e, full_, m, acc_out, out, ldo)
 #define KVH_ACC_CASE(kvt)                                                                          \
     do {                                                                                           \
         const int kvt_ = (kvt);                                                                    \
-        if (m[H <= 4 ? 3 : 1] == 0xffff) {                                                         \
+        if (m[H <= 7 ? 3 : 1] == 0xffff) {                                                         \
             const int full_ = 1;                                                                   \
             HEADS_SWITCH(H, KV_ACC_CALL)                                                           \
         } else {                                                                                   \
@@ -1826,11 +1833,11 @@ static void kv_acc_run(enum dtype kv, struct kvrun r, size_t stride, const float
                        int n_heads, int d, int acc_out, float *out, int ldo)
 {
     /* heads in near-equal groups of at most KVH_ACC; a group's width is 64
-     * columns up to 4 heads, else 32 */
+     * columns up to 7 heads, else 32 */
     const int n_groups = (n_heads + KVH_ACC - 1) / KVH_ACC;
     for (int g = 0; g < n_groups; g++) {
         int h0 = g * n_heads / n_groups, H = (g + 1) * n_heads / n_groups - h0;
-        const int width = H <= 4 ? 64 : 32;
+        const int width = H <= 7 ? 64 : 32;
         const float *wh = w + (size_t)h0 * ldw;
         float *oh = out + (size_t)h0 * ldo;
         for (int e = 0; e < d; e += width) {
