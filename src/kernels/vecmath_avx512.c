@@ -78,6 +78,10 @@ static inline __attribute__((always_inline)) __m512 exp64_finish(float *x, const
     return sum;
 }
 
+/* exp16's polynomial for e^f, highest power first (Horner). */
+static const float exp_poly[7] = {0.0013888889f, 0.008333334f, 0.041666668f, 0.16666667f,
+                                  0.5f,          1.0f,         1.0f};
+
 /*
  * g / (1 + exp16(0 - g)) * u for one vector; same bits as that, for every g
  * and u (checked exhaustively over g, silu128 too). With a = 0 - g:
@@ -97,13 +101,10 @@ static inline __attribute__((always_inline)) __m512 silu16(__m512 x, __m512 y)
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_fnmsub_ps(n, _mm512_set1_ps(0.693145751953125f), xc);
     f = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), f);
-    __m512 p = _mm512_set1_ps(0.0013888889f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.008333334f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.041666668f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.16666667f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    __m512 p = _mm512_set1_ps(exp_poly[0]);
+#pragma GCC unroll 6
+    for (int c = 1; c < 7; c++)
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(exp_poly[c]));
     p = _mm512_scalef_ps(p, n);
     return _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), p)), y);
 }
@@ -132,22 +133,12 @@ static inline __attribute__((always_inline)) void silu128(float *g, const float 
         f[k] = _mm512_fnmadd_ps(n[k], _mm512_set1_ps(1.428606765330187e-06f), f[k]);
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++)
-        p[k] = _mm512_fmadd_ps(_mm512_set1_ps(0.0013888889f), f[k], _mm512_set1_ps(0.008333334f));
+        p[k] = _mm512_set1_ps(exp_poly[0]);
+#pragma GCC unroll 6
+    for (int c = 1; c < 7; c++)
 #pragma GCC unroll 8
-    for (int k = 0; k < 8; k++)
-        p[k] = _mm512_fmadd_ps(p[k], f[k], _mm512_set1_ps(0.041666668f));
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; k++)
-        p[k] = _mm512_fmadd_ps(p[k], f[k], _mm512_set1_ps(0.16666667f));
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; k++)
-        p[k] = _mm512_fmadd_ps(p[k], f[k], _mm512_set1_ps(0.5f));
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; k++)
-        p[k] = _mm512_fmadd_ps(p[k], f[k], _mm512_set1_ps(1.0f));
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; k++)
-        p[k] = _mm512_fmadd_ps(p[k], f[k], _mm512_set1_ps(1.0f));
+        for (int k = 0; k < 8; k++)
+            p[k] = _mm512_fmadd_ps(p[k], f[k], _mm512_set1_ps(exp_poly[c]));
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++)
         p[k] = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_scalef_ps(p[k], n[k]));
