@@ -36,29 +36,38 @@
 
 enum { ACT_F32, ACT_BF16, ACT_Q8_0, ACT_Q8_K, ACT_COUNT };
 
+/* What one split op has handed out (rows or tasks), alone on its cache
+ * line: the owner of a row segment claims from it while another thread may
+ * be stealing from it. */
+struct op_counter {
+    _Atomic int v;
+    char pad[64 - sizeof(_Atomic int)];
+};
+
 struct fwd_ctx {
-    const struct model *m;   /* weights, hyper-parameters */
-    struct kv_pool *kv;      /* the paged cache */
-    struct tpool *pool;      /* compute threads */
-    int max_tokens;          /* batch capacity */
-    int max_ctx;             /* longest sequence */
-    float *x;                /* (max_tokens, E) residual stream */
-    float *h;                /* (max_tokens, max(E, Q)) normed input / attention output */
-    float *q;                /* (max_tokens, Q) */
-    float *k;                /* (max_tokens, KV) */
-    float *v;                /* (max_tokens, KV) */
-    float *o;                /* (max_tokens, E) projection output */
-    float *g;                /* (max_tokens, F) gate, then silu(gate) * up */
-    float *u;                /* (max_tokens, F) up */
-    float *rope;             /* (max_tokens, n_rot / 2, 2) cos, sin per token */
-    float *scores;           /* (n_threads, group heads, scores_ld) attention scratch */
-    int scores_ld;           /* floats per score row: max_ctx rounded up to 16 */
-    uint8_t *act[ACT_COUNT]; /* (max_tokens, act row bytes of the widest input) per act type */
-    size_t act_stride;       /* bytes between activation rows (any type) */
-    int32_t *out_rows;       /* (max_tokens) batch index of each wanted token */
-    uint64_t *by_ctx;        /* (max_tokens) batch tokens, longest context first (low half) */
-    _Atomic int *op_next;    /* (n_ops) next free row or task of each split op of a pass */
-    int n_ops;               /* counters per pass: 7 matmuls + attention a layer, output */
+    const struct model *m;      /* weights, hyper-parameters */
+    struct kv_pool *kv;         /* the paged cache */
+    struct tpool *pool;         /* compute threads */
+    int max_tokens;             /* batch capacity */
+    int max_ctx;                /* longest sequence */
+    float *x;                   /* (max_tokens, E) residual stream */
+    float *h;                   /* (max_tokens, max(E, Q)) normed input / attention output */
+    float *q;                   /* (max_tokens, Q) */
+    float *k;                   /* (max_tokens, KV) */
+    float *v;                   /* (max_tokens, KV) */
+    float *o;                   /* (max_tokens, E) projection output */
+    float *g;                   /* (max_tokens, F) gate, then silu(gate) * up */
+    float *u;                   /* (max_tokens, F) up */
+    float *rope;                /* (max_tokens, n_rot / 2, 2) cos, sin per token */
+    float *scores;              /* (n_threads, group heads, scores_ld) attention scratch */
+    int scores_ld;              /* floats per score row: max_ctx rounded up to 16 */
+    uint8_t *act[ACT_COUNT];    /* (max_tokens, act row bytes of the widest input) per act type */
+    size_t act_stride;          /* bytes between activation rows (any type) */
+    int32_t *out_rows;          /* (max_tokens) batch index of each wanted token */
+    uint64_t *by_ctx;           /* (max_tokens) batch tokens, longest context first (low half) */
+    struct op_counter *op_next; /* (n_ops, n_seg) claimed rows or tasks of each split op */
+    int n_ops;                  /* split ops per pass: 7 matmuls + attention a layer, output */
+    int n_seg;                  /* counters per op: one per thread (row segments) */
     /* per-call state, set by fwd_run before fanning out */
     const struct fwd_batch *b; /* current batch */
     float *logits;             /* (n_out, V) */
@@ -136,7 +145,10 @@ int fwd_ctx_new(const struct model *m, struct kv_pool *kv, struct tpool *pool, i
     c->out_rows = xmalloc(sizeof(int32_t) * T);
     c->by_ctx = xmalloc(sizeof(uint64_t) * T);
     c->n_ops = 8 * hp->n_layer + 1;
-    c->op_next = xcalloc((size_t)c->n_ops, sizeof(*c->op_next));
+    c->n_seg = tpool_size(pool);
+    size_t n_ctr = (size_t)c->n_ops * (size_t)c->n_seg;
+    c->op_next = xaligned_alloc(n_ctr * sizeof(*c->op_next));
+    memset(c->op_next, 0, n_ctr * sizeof(*c->op_next));
     *out = c;
     return 0;
 }
@@ -217,50 +229,88 @@ static void prep_act(struct fwd_ctx *c, const float *x, int k, const struct gguf
     }
 }
 
-/* This thread's share of y = W act for n_tok tokens; y has ldy floats per
- * token. Threads take chunks of rows from the op's counter until none are
- * left, so a thread slowed by the memory system or the OS does not hold the
- * others at the next barrier. Which thread computes a row does not change its
- * bits (kern_matmul's contract). *op numbers the matmuls of the pass; every
- * thread calls them in the same order. */
-static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, const void *pk, int n_tok,
-                   float *y, int ldy, int *op, int nth)
+/* Rows [r0, r1) of y = W act for n_tok tokens; y has ldy floats per token. */
+static void matmul_rows(const struct fwd_ctx *c, const struct gguf_tensor *w, const void *pk,
+                        int n_tok, int r0, int r1, float *y, int ldy)
 {
     const int rows = (int)w->ne[1], k = (int)w->ne[0];
-    _Atomic int *next = &c->op_next[(*op)++];
-    CHECK(*op <= c->n_ops);
-    if (n_tok == 0) return;
-    const size_t rb = dtype_row_size(w->type, k);
     const void *act = c->act[act_index(w->type)];
+    if (pk)
+        kern_matmul_packed(w->type, pk, rows, k, r0, r1, act, c->act_stride,
+                           (const uint8_t *)act + side_offset(k), c->act_stride, n_tok, y, ldy);
+    else
+        kern_matmul(w->type, w->data, dtype_row_size(w->type, k), k, r0, r1, act, c->act_stride,
+                    n_tok, y, ldy);
+}
+
+/* Claims the next piece of row segment [s0, s1), whose counter holds the
+ * rows handed out from s0: half of what is left, in multiples of grid.
+ * False when the segment is used up. */
+static bool claim_rows(struct op_counter *ctr, int s0, int s1, int grid, int *r0, int *r1)
+{
+    int done = atomic_load_explicit(&ctr->v, memory_order_relaxed);
+    for (;;) {
+        const int left = s1 - s0 - done;
+        if (left <= 0) return false;
+        int n = (left / 2 + grid - 1) / grid * grid;
+        n = MIN(MAX(n, grid), left);
+        if (atomic_compare_exchange_weak_explicit(&ctr->v, &done, done + n, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *r0 = s0 + done;
+            *r1 = s0 + done + n;
+            return true;
+        }
+    }
+}
+
+/* This thread's share of y = W act for n_tok tokens; y has ldy floats per
+ * token. A thread slowed by the memory system or the OS must not hold the
+ * others at the next barrier, so rows are claimed, not assigned. Which
+ * thread computes a row does not change its bits (kern_matmul's contract).
+ * *op numbers the split ops of the pass; every thread calls them in the
+ * same order. */
+static void matmul(struct fwd_ctx *c, const struct gguf_tensor *w, const void *pk, int n_tok,
+                   float *y, int ldy, int *op, int ith, int nth)
+{
+    const int rows = (int)w->ne[1];
+    CHECK(*op < c->n_ops);
+    struct op_counter *ctr = &c->op_next[(size_t)(*op)++ * c->n_seg];
+    if (n_tok == 0) return;
     if (nth == 1) {
-        if (pk)
-            kern_matmul_packed(w->type, pk, rows, k, 0, rows, act, c->act_stride,
-                               (const uint8_t *)act + side_offset(k), c->act_stride, n_tok, y, ldy);
-        else
-            kern_matmul(w->type, w->data, rb, k, 0, rows, act, c->act_stride, n_tok, y, ldy);
+        matmul_rows(c, w, pk, n_tok, 0, rows, y, ldy);
         return;
     }
-    /* Decode (a few tokens, memory bound; on packed weights up to
-     * KERN_PACKED_ONE_PASS tokens, which read each weight once): ~8 grabs
-     * per thread, at most 512 rows a grab. Prefill: ~2 grabs per thread on
-     * GGUF rows, because every kern_matmul call prepares all the tokens'
-     * activation side data again; ~4 on packed weights, whose side data was
-     * prepared once per token. Whole 16-row panels on GGUF rows, pairs of
-     * panels on packed weights (their kernel streams two side by side). */
-    const bool small = n_tok <= 4 || (pk && n_tok <= KERN_PACKED_ONE_PASS);
+    /* Whole 16-row panels on GGUF rows, pairs of panels on packed weights
+     * (their kernel streams two side by side). */
     const int grid = pk ? 32 : 16;
-    int per_thread = small ? 8 : pk ? 4 : 2;
-    int chunk = (rows / (nth * per_thread) + grid - 1) / grid * grid;
-    chunk = MAX(grid, small ? MIN(512, chunk) : chunk);
+    int r0, r1;
+    if (n_tok <= 4 || (pk && n_tok <= KERN_PACKED_ONE_PASS)) {
+        /* Decode (a few tokens, memory bound; on packed weights up to
+         * KERN_PACKED_ONE_PASS tokens, which read each weight once): one
+         * contiguous segment of rows per thread. Its owner claims half of
+         * what is left of it at a time, so its rows stream in order and the
+         * prefetchers keep going from piece to piece; a thread done with
+         * its own segment takes pieces of the others'. Against pieces of
+         * one shared counter, which interleave the threads' rows, steps of
+         * 1 and 8 tokens are ~5 % faster. */
+        for (int i = 0; i < nth; i++) {
+            const int seg = (ith + i) % nth;
+            int s0, s1;
+            tpool_split(rows, grid, seg, nth, &s0, &s1);
+            while (claim_rows(&ctr[seg], s0, s1, grid, &r0, &r1))
+                matmul_rows(c, w, pk, n_tok, r0, r1, y, ldy);
+        }
+        return;
+    }
+    /* Prefill: ~2 grabs per thread on GGUF rows, because every kern_matmul
+     * call prepares all the tokens' activation side data again; ~4 on
+     * packed weights, whose side data was prepared once per token. */
+    const int per_thread = pk ? 4 : 2;
+    const int chunk = MAX(grid, (rows / (nth * per_thread) + grid - 1) / grid * grid);
     for (;;) {
-        int r0 = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed);
+        r0 = atomic_fetch_add_explicit(&ctr->v, chunk, memory_order_relaxed);
         if (r0 >= rows) return;
-        if (pk)
-            kern_matmul_packed(w->type, pk, rows, k, r0, MIN(rows, r0 + chunk), act, c->act_stride,
-                               (const uint8_t *)act + side_offset(k), c->act_stride, n_tok, y, ldy);
-        else
-            kern_matmul(w->type, w->data, rb, k, r0, MIN(rows, r0 + chunk), act, c->act_stride,
-                        n_tok, y, ldy);
+        matmul_rows(c, w, pk, n_tok, r0, MIN(rows, r0 + chunk), y, ldy);
     }
 }
 
@@ -362,9 +412,9 @@ static void fwd_worker(void *arg, int ith, int nth)
         prep_act(c, c->h, E, qkv, 3, t0, t1);
         tpool_barrier(c->pool);
 
-        matmul(c, L->wq, L->pk_wq, T, c->q, Q, &op, nth);
-        matmul(c, L->wk, L->pk_wk, T, c->k, KV, &op, nth);
-        matmul(c, L->wv, L->pk_wv, T, c->v, KV, &op, nth);
+        matmul(c, L->wq, L->pk_wq, T, c->q, Q, &op, ith, nth);
+        matmul(c, L->wk, L->pk_wk, T, c->k, KV, &op, ith, nth);
+        matmul(c, L->wv, L->pk_wv, T, c->v, KV, &op, ith, nth);
         tpool_barrier(c->pool);
 
         for (int t = t0; t < t1; t++)
@@ -379,7 +429,7 @@ static void fwd_worker(void *arg, int ith, int nth)
          * Which thread runs a task, and how a group is cut, do not change
          * bits. */
         float *scores = c->scores + (size_t)ith * c->scores_ld * (size_t)G;
-        _Atomic int *next = &c->op_next[op++];
+        _Atomic int *next = &c->op_next[(size_t)op++ * c->n_seg].v;
         const int n_groups = T * hp->n_head_kv;
         const int parts = MAX(n_groups >= 2 * nth ? 1 : MIN(G, (2 * nth + n_groups - 1) / n_groups),
                               (G + ATTEND_MAX_HEADS - 1) / ATTEND_MAX_HEADS);
@@ -399,7 +449,7 @@ static void fwd_worker(void *arg, int ith, int nth)
 
         prep_act(c, c->h, Q, &L->wo, 1, t0, t1);
         tpool_barrier(c->pool);
-        matmul(c, L->wo, L->pk_wo, T, c->o, E, &op, nth);
+        matmul(c, L->wo, L->pk_wo, T, c->o, E, &op, ith, nth);
         tpool_barrier(c->pool);
 
         const struct gguf_tensor *gu[2] = {L->w_gate, L->w_up};
@@ -411,15 +461,15 @@ static void fwd_worker(void *arg, int ith, int nth)
         }
         prep_act(c, c->h, E, gu, 2, t0, t1);
         tpool_barrier(c->pool);
-        matmul(c, L->w_gate, L->pk_gate, T, c->g, F, &op, nth);
-        matmul(c, L->w_up, L->pk_up, T, c->u, F, &op, nth);
+        matmul(c, L->w_gate, L->pk_gate, T, c->g, F, &op, ith, nth);
+        matmul(c, L->w_up, L->pk_up, T, c->u, F, &op, ith, nth);
         tpool_barrier(c->pool);
 
         for (int t = t0; t < t1; t++)
             kern_silu_mul(c->g + (size_t)t * F, c->u + (size_t)t * F, F);
         prep_act(c, c->g, F, &L->w_down, 1, t0, t1);
         tpool_barrier(c->pool);
-        matmul(c, L->w_down, L->pk_down, T, c->o, E, &op, nth);
+        matmul(c, L->w_down, L->pk_down, T, c->o, E, &op, ith, nth);
         tpool_barrier(c->pool);
 
         for (int t = t0; t < t1; t++) {
@@ -439,7 +489,7 @@ static void fwd_worker(void *arg, int ith, int nth)
                 hp->rms_eps);
     prep_act(c, c->h, E, &m->output, 1, o0, o1);
     tpool_barrier(c->pool);
-    matmul(c, m->output, m->pk_output, c->n_out, c->logits, hp->n_vocab, &op, nth);
+    matmul(c, m->output, m->pk_output, c->n_out, c->logits, hp->n_vocab, &op, ith, nth);
 }
 
 static int cmp_u64(const void *pa, const void *pb)
@@ -478,8 +528,8 @@ int fwd_run(struct fwd_ctx *c, const struct fwd_batch *b, float *logits, struct 
     c->b = b;
     c->logits = logits;
     c->n_out = n_out;
-    for (int i = 0; i < c->n_ops; i++)
-        atomic_store_explicit(&c->op_next[i], 0, memory_order_relaxed);
+    for (int i = 0; i < c->n_ops * c->n_seg; i++)
+        atomic_store_explicit(&c->op_next[i].v, 0, memory_order_relaxed);
     tpool_run(c->pool, fwd_worker, c);
     c->b = NULL;
     return 0;
