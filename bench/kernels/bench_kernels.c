@@ -17,10 +17,12 @@
  *           and its ratio to 1 token (weights from memory up to 64 tokens).
  *   attention (f16 KV, 1 thread): one decode token's attention for a KV
  *           group of 7 query heads of width 64 (Qwen2.5-0.5B) over 1,536
- *           cached positions in 16-row blocks, as the engine runs it: one
- *           kv_dot / kv_accum call per head and block, and the grouped
- *           calls (kv_dot_heads / kv_accum_heads); multiply-adds per second
- *           against the FMA peak.
+ *           cached positions in 16-row blocks: one kv_dot / kv_accum call
+ *           per head and block, the grouped per-block calls (kv_dot_heads /
+ *           kv_accum_heads), and one kern_attend_heads call over the block
+ *           table, as the engine runs it; multiply-adds per second against
+ *           the FMA peak. Each sample times ATT_REPS calls: one read of the
+ *           thread CPU clock costs ~1.5 us in a VM, a tenth of a call.
  *
  * Shapes are Qwen2.5-0.5B's FFN: 4864 x 896 (gate/up) and 896 x 4864 (down);
  * K-quants need k % 256 == 0, so their first shape is 4864 x 1024.
@@ -320,37 +322,49 @@ static void bench_packed_batches(struct shape sh, int trials)
     free(y);
 }
 
-/* Seconds of thread CPU time for one token's attention over n positions,
- * best of `trials`; grouped = the kv_*_heads calls. */
+#define ATT_REPS 20 /* calls per timed sample */
+
+/* Seconds of thread CPU time for one token's attention over n positions
+ * (mean of ATT_REPS calls); mode 0: per head and block, 1: grouped per
+ * block, 2: kern_attend_heads over the block table (ids). */
 static double attention_once(const uint16_t *K, const uint16_t *V, int n, const float *q, float *sc,
-                             float *out, int H, int d, int grouped)
+                             float *out, int H, int d, int mode, const int32_t *ids)
 {
     const size_t stride = (size_t)d * 2;
     double t0 = cpu_s();
-    for (int p0 = 0; p0 < n; p0 += 16) {
-        int rows = n - p0 < 16 ? n - p0 : 16;
-        const char *kb = (const char *)K + (size_t)p0 * stride; /* a 16-position K panel */
-        if (grouped)
-            kern_kv_dot_heads(DTYPE_F16, kb, 16, rows, q, d, H, d, sc + p0, n);
-        else
-            for (int h = 0; h < H; h++)
-                kern_kv_dot(DTYPE_F16, kb, 16, rows, q + (size_t)h * d, d, sc + (size_t)h * n + p0);
+    for (int rep = 0; rep < ATT_REPS; rep++) {
+        if (mode == 2) {
+            /* block i at K + ids[i] * 16 * d: the table is the identity */
+            kern_attend_heads(DTYPE_F16, K, V, 16 * stride, ids, 16, n, q, d, H, d, 1.0f / 8.0f, sc,
+                              n, out, d);
+            continue;
+        }
+        for (int p0 = 0; p0 < n; p0 += 16) {
+            int rows = n - p0 < 16 ? n - p0 : 16;
+            const char *kb = (const char *)K + (size_t)p0 * stride; /* a 16-position K panel */
+            if (mode == 1)
+                kern_kv_dot_heads(DTYPE_F16, kb, 16, rows, q, d, H, d, sc + p0, n);
+            else
+                for (int h = 0; h < H; h++)
+                    kern_kv_dot(DTYPE_F16, kb, 16, rows, q + (size_t)h * d, d,
+                                sc + (size_t)h * n + p0);
+        }
+        for (int h = 0; h < H; h++)
+            for (int j = 0; j < n; j++)
+                sc[(size_t)h * n + j] = 1.0f / (float)n; /* softmax stands apart from the reads */
+        memset(out, 0, sizeof(float) * (size_t)H * d);
+        for (int p0 = 0; p0 < n; p0 += 16) {
+            int rows = n - p0 < 16 ? n - p0 : 16;
+            const char *vb = (const char *)V + (size_t)p0 * stride;
+            if (mode == 1)
+                kern_kv_accum_heads(DTYPE_F16, vb, stride, rows, sc + p0, n, H, d, out, d);
+            else
+                for (int h = 0; h < H; h++)
+                    kern_kv_accum(DTYPE_F16, vb, stride, rows, sc + (size_t)h * n + p0, d,
+                                  out + (size_t)h * d);
+        }
     }
-    for (int h = 0; h < H; h++)
-        for (int j = 0; j < n; j++)
-            sc[(size_t)h * n + j] = 1.0f / (float)n; /* softmax stands apart from the K/V reads */
-    memset(out, 0, sizeof(float) * (size_t)H * d);
-    for (int p0 = 0; p0 < n; p0 += 16) {
-        int rows = n - p0 < 16 ? n - p0 : 16;
-        const char *vb = (const char *)V + (size_t)p0 * stride;
-        if (grouped)
-            kern_kv_accum_heads(DTYPE_F16, vb, stride, rows, sc + p0, n, H, d, out, d);
-        else
-            for (int h = 0; h < H; h++)
-                kern_kv_accum(DTYPE_F16, vb, stride, rows, sc + (size_t)h * n + p0, d,
-                              out + (size_t)h * d);
-    }
-    return cpu_s() - t0;
+    return (cpu_s() - t0) / ATT_REPS;
 }
 
 static void bench_attention(double p_fma, int trials)
@@ -367,16 +381,20 @@ static void bench_attention(double p_fma, int trials)
     }
     for (int i = 0; i < H * d; i++)
         q[i] = (float)(i % 13) / 13.0f;
+    int32_t ids[1536 / 16];
+    for (int i = 0; i < n / 16; i++)
+        ids[i] = i;
     const double macs = 2.0 * n * H * d; /* q.K and w.V */
+    static const char *const names[3] = {"per head", "grouped", "attend_heads"};
     printf("attention f16 KV, %d positions, %d heads x %d, 1 thread:", n, H, d);
-    for (int grouped = 0; grouped < 2; grouped++) {
+    for (int mode = 0; mode < 3; mode++) {
         double best = 1e30;
-        for (int tr = 0; tr < trials * 20; tr++) {
-            double dt = attention_once(K, V, n, q, sc, out, H, d, grouped);
+        for (int tr = 0; tr < trials * 4; tr++) {
+            double dt = attention_once(K, V, n, q, sc, out, H, d, mode, ids);
             best = dt < best ? dt : best;
         }
-        printf(" | %s %.1f us %.1f GMAC/s %.0f%% of fma", grouped ? "grouped" : "per head",
-               best * 1e6, macs / best / 1e9, 100 * macs / best / p_fma);
+        printf(" | %s %.1f us %.1f GMAC/s %.0f%% of fma", names[mode], best * 1e6,
+               macs / best / 1e9, 100 * macs / best / p_fma);
     }
     printf("\n");
     free(K);
