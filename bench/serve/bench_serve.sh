@@ -21,7 +21,10 @@
 #      tokens/s, TTFT and TPOT p50/p99, ITL p50/p99, the server's prefix hit
 #      ratio, the prefill share of the work and how much of each turn's
 #      history (previous prompt + answer) was prefilled again; the batching
-#      gain is tokens/s(8) / tokens/s(1).
+#      gain is tokens/s(8) / tokens/s(1). From the server's step counters
+#      (/metrics before and after each run): the same ratio over the
+#      decode-only steps, and the share of the engine's step time spent in
+#      steps with prompt tokens (the same prompt work in both runs).
 #   2. cached vs uncached TTFT: groups of requests sharing a 896-token prefix
 #      with 100 own tokens each, one at a time: the first of each group is
 #      uncached, the others ~90% cached; TTFT medians of both kinds.
@@ -54,9 +57,15 @@ rm -f "$out/port"
 for _ in $(seq 1 600); do [ -s "$out/port" ] && break; sleep 0.1; done
 url="http://127.0.0.1:$(cat "$out/port")"
 
+scrape() { # scrape FILE: the server's /metrics text
+    /usr/bin/python3 -c 'import sys, urllib.request
+open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1] + "/metrics").read())' "$url" "$1"
+}
 run() { # run NAME ARGS...
     local name=$1; shift
+    scrape "$out/$name.before.prom"
     "$bin" bench --url "$url" --model qwen --no-progress --out "$out/$name" "$@" >"$out/$name.txt"
+    scrape "$out/$name.after.prom"
 }
 turns=${TURNS:-3}
 chats=(--synthetic agentic --chat --sessions 8 --turns "$turns" --prefix-tokens 1008
@@ -99,11 +108,33 @@ def work(name):
     print(f"  {name}: prefilled {prefill} prompt tokens for {decode} output tokens: prefill "
           f"{prefill / (prefill + decode):.0%} of the tokens computed; history of later turns "
           f"{hist} tokens, {again / max(hist, 1):.0%} of it prefilled again")
+def steps(name):
+    # the engine's step counters over one run (/metrics before and after)
+    def read(path):
+        v = {}
+        for l in open(path):
+            if l.startswith("inferd_engine_") and " " in l:
+                k, x = l.rsplit(" ", 1)
+                v[k] = float(x)
+        return v
+    a, b = read(f"{out}/{name}.before.prom"), read(f"{out}/{name}.after.prom")
+    d = lambda k: b.get(k, 0) - a.get(k, 0)
+    n = d('inferd_engine_kind_steps_total{kind="decode"}')
+    tok = d("inferd_engine_decode_step_tokens_total")
+    ds, ps = d('inferd_engine_step_seconds_total{kind="decode"}'), \
+        d('inferd_engine_step_seconds_total{kind="prompt"}')
+    return tok / ds if ds > 0 else 0.0, tok / n if n else 0.0, ps / (ds + ps) if ds + ps > 0 else 0.0
+dec = {}
 for r, (c1, c8) in enumerate(zip(c1s, c8s), 1):
     line(f"round {r}, 1 client ", c1)
     line(f"round {r}, 8 clients", c8)
     print(f"  round {r}: gain {c8['output_tokens_per_s'] / c1['output_tokens_per_s']:.2f}x, "
           f"ITL p99 / p50 at 8 clients {c8['itl_ms']['p99'] / c8['itl_ms']['p50']:.2f}")
+    s1, s8 = steps(f"c1-{r}"), steps(f"c8-{r}")
+    dec[r] = (s1[0], s8[0])
+    print(f"  round {r}: decode-only steps {s1[0]:.1f} tok/s (mean batch {s1[1]:.1f}) against "
+          f"{s8[0]:.1f} (mean batch {s8[1]:.1f}): {s8[0] / max(s1[0], 1e-9):.2f}x; steps with "
+          f"prompt tokens {s1[2]:.0%} / {s8[2]:.0%} of the engine's step time")
 work("c1-1")
 work("c8-1")
 tps = lambda runs: statistics.mean(s["output_tokens_per_s"] for s in runs)
@@ -111,6 +142,9 @@ gain = tps(c8s) / tps(c1s)
 itl = max(s["itl_ms"]["p99"] / s["itl_ms"]["p50"] for s in c8s)
 print(f"batching gain (8 vs 1 client, {rounds} rounds): {tps(c8s):.1f} / {tps(c1s):.1f} tok/s = "
       f"{gain:.2f}x  (target >= 4x)")
+print(f"decode-only steps ({rounds} rounds): "
+      f"{statistics.mean(v[1] for v in dec.values()) / statistics.mean(v[0] for v in dec.values()):.2f}x "
+      f"(the same tokens/s ratio over the steps without prompt tokens)")
 print(f"ITL p99 / p50 at 8 clients, worst round: {itl:.2f}  (target <= 3)")
 recs = [json.loads(l) for l in open(f"{out}/ttft/records.jsonl")]
 cold = [r["ttft_ms"] for r in recs if r.get("ok") and r.get("cached_tokens", 0) == 0]

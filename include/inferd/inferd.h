@@ -243,6 +243,11 @@ struct inferd_stats {
                                   the forward (filling inline, or waiting for the helper after it) */
     double sample_s;           /* counter: seconds the engine thread spent sampling the rows of
                                   its steps (wall time; the rows run on the compute threads) */
+    uint64_t n_decode_steps;   /* steps holding only decode tokens (one per running request) */
+    uint64_t n_decode_step_tokens; /* tokens of those steps */
+    double decode_step_s;      /* counter: seconds of those steps (sampling included) */
+    uint64_t n_prompt_steps;   /* steps holding prompt tokens (prefill or recomputation) */
+    double prompt_step_s;      /* counter: seconds of those steps (sampling included) */
     uint64_t n_preempted;      /* requests sent back to recompute for lack of KV */
     uint64_t n_prefix_lookups; /* admissions that looked up the prefix cache */
     uint64_t n_prefix_hits;    /* of those, attaching at least one block */

@@ -995,6 +995,14 @@ int inferd_engine_step(inferd_engine *e)
      * sees) feeds the chunk limit. */
     double dt = time_now_s() - t0;
     stepcost_observe(&e->cost, n_batch, dt, n_decode == n_batch);
+    if (n_decode == n_batch) {
+        e->stats.n_decode_steps++;
+        e->stats.n_decode_step_tokens += (uint64_t)n_batch;
+        e->stats.decode_step_s += dt;
+    } else {
+        e->stats.n_prompt_steps++;
+        e->stats.prompt_step_s += dt;
+    }
     if (dt > 0) {
         double tps = n_batch / dt;
         e->stats.tokens_per_s =

@@ -116,6 +116,22 @@ void metrics_render(const struct metrics *m, const struct runner_stats *rs, stru
            (unsigned long long)e->n_steps);
     scalar(out, "inferd_engine_prefill_tokens_total", "counter", "Prompt tokens computed.",
            (unsigned long long)e->n_prompt_tokens);
+    buf_printf(out,
+               "# HELP inferd_engine_kind_steps_total Forward steps by kind: decode (only decode "
+               "tokens) or prompt (holding prompt tokens).\n"
+               "# TYPE inferd_engine_kind_steps_total counter\n"
+               "inferd_engine_kind_steps_total{kind=\"decode\"} %llu\n"
+               "inferd_engine_kind_steps_total{kind=\"prompt\"} %llu\n"
+               "# HELP inferd_engine_step_seconds_total Seconds of forward steps by kind, "
+               "sampling included.\n"
+               "# TYPE inferd_engine_step_seconds_total counter\n"
+               "inferd_engine_step_seconds_total{kind=\"decode\"} %.6f\n"
+               "inferd_engine_step_seconds_total{kind=\"prompt\"} %.6f\n",
+               (unsigned long long)e->n_decode_steps, (unsigned long long)e->n_prompt_steps,
+               e->decode_step_s, e->prompt_step_s);
+    scalar(out, "inferd_engine_decode_step_tokens_total", "counter",
+           "Tokens of decode-only steps (their mean batch: / the decode steps).",
+           (unsigned long long)e->n_decode_step_tokens);
     scalar(out, "inferd_preemptions_total", "counter", "Requests preempted for lack of KV.",
            (unsigned long long)e->n_preempted);
     buf_printf(out,

@@ -401,4 +401,14 @@ test('64 concurrent streams all complete', async () => {
     const get = (name) => Number((text.match(new RegExp(`^${name} ([0-9.e+-]+)$`, 'm')) || [])[1]);
     assert.ok(get('inferd_queue_time_seconds_count') >= 64, 'queue time observed per request');
     assert.ok(get('inferd_queue_time_seconds_sum') > 0, 'queue time sum');
+    // every step is a decode step or a prompt step, each timed
+    const kind = (name, k) => Number((text.match(new RegExp(`^${name}\\{kind="${k}"\\} ([0-9.e+-]+)$`, 'm')) || [])[1]);
+    const dec = kind('inferd_engine_kind_steps_total', 'decode');
+    const pro = kind('inferd_engine_kind_steps_total', 'prompt');
+    assert.ok(dec > 0 && pro > 0, `steps by kind: ${dec} decode, ${pro} prompt`);
+    assert.equal(dec + pro, get('inferd_engine_steps_total'));
+    assert.ok(kind('inferd_engine_step_seconds_total', 'decode') > 0);
+    assert.ok(kind('inferd_engine_step_seconds_total', 'prompt') > 0);
+    const decTokens = get('inferd_engine_decode_step_tokens_total');
+    assert.ok(decTokens >= dec, 'a decode step holds at least one token');
 });
