@@ -239,18 +239,18 @@ struct inferd_stats {
     uint64_t n_prompt_tokens; /* prompt positions computed by prefill (recomputation too) */
     uint64_t n_cached_tokens; /* positions attached from the prefix cache instead */
     uint64_t n_generated_tokens; /* tokens sampled */
-    double grammar_mask_s;     /* counter: seconds the engine thread spent on grammar masks outside
-                                  the forward (filling inline, or waiting for the helper after it) */
-    double sample_s;           /* counter: seconds the engine thread spent sampling the rows of
-                                  its steps (wall time; the rows run on the compute threads) */
-    uint64_t n_decode_steps;   /* steps holding only decode tokens (one per running request) */
-    uint64_t n_decode_step_tokens; /* tokens of those steps */
-    double decode_step_s;      /* counter: seconds of those steps (sampling included) */
-    uint64_t n_prompt_steps;   /* steps holding prompt tokens (prefill or recomputation) */
-    double prompt_step_s;      /* counter: seconds of those steps (sampling included) */
-    uint64_t n_preempted;      /* requests sent back to recompute for lack of KV */
-    uint64_t n_prefix_lookups; /* admissions that looked up the prefix cache */
-    uint64_t n_prefix_hits;    /* of those, attaching at least one block */
+    double grammar_mask_s;   /* counter: seconds the engine thread spent on grammar masks outside
+                                the forward (filling inline, or waiting for the helper after it) */
+    double sample_s;         /* counter: seconds the engine thread spent sampling the rows of
+                                its steps (wall time; the rows run on the compute threads) */
+    uint64_t n_decode_steps; /* steps holding only decode tokens (one per running request) */
+    uint64_t n_decode_step_tokens;  /* tokens of those steps */
+    double decode_step_s;           /* counter: seconds of those steps (sampling included) */
+    uint64_t n_prompt_steps;        /* steps holding prompt tokens (prefill or recomputation) */
+    double prompt_step_s;           /* counter: seconds of those steps (sampling included) */
+    uint64_t n_preempted;           /* requests sent back to recompute for lack of KV */
+    uint64_t n_prefix_lookups;      /* admissions that looked up the prefix cache */
+    uint64_t n_prefix_hits;         /* of those, attaching at least one block */
     uint64_t n_prefix_hit_blocks;   /* blocks attached */
     uint64_t n_prefix_hit_tokens;   /* positions attached (= blocks x block_tokens) */
     uint64_t n_prefix_query_tokens; /* positions of the sequences looked up */
