@@ -29,11 +29,13 @@
 #      with 100 own tokens each, one at a time: the first of each group is
 #      uncached, the others ~90% cached; TTFT medians of both kinds.
 #
-# The server runs with --token-budget $TOKEN_BUDGET (default 512) and
+# The server runs with --token-budget $TOKEN_BUDGET (default 512),
 # --prefill-ratio $PREFILL_RATIO (default 2): a step that prefills next to
-# decoding streams costs at most that many decode-only steps.
+# decoding streams costs at most that many decode-only steps, and --kv $KV
+# (default f16, the server's default; bf16 halves attention's arithmetic on
+# CPUs with AVX-512 BF16).
 #
-# Usage: [TOKEN_BUDGET=N] [PREFILL_RATIO=R] [TURNS=N] [INPUT=N] [OUTPUT=N]
+# Usage: [TOKEN_BUDGET=N] [PREFILL_RATIO=R] [KV=f16|bf16|f32] [TURNS=N] [INPUT=N] [OUTPUT=N]
 #        [ANSWER_WORDS=0|1] [ROUNDS=N] bench/serve/bench_serve.sh [BUILD_DIR] [OUT_DIR]
 # Figures go to OUT_DIR (default /tmp/inferd-bench-serve): summary JSON per
 # run and a report on stdout. Random weights: speed figures are real, text is
@@ -49,7 +51,7 @@ model=$out/qwen2.5-0.5b-q8_0.gguf
 
 "$bin" serve -m "$model" --name qwen --port 0 --port-file "$out/port" --data-dir "$out/data" \
     --threads 2 --ctx 4096 --max-seqs 16 --token-budget "${TOKEN_BUDGET:-512}" \
-    --prefill-ratio "${PREFILL_RATIO:-2}" \
+    --prefill-ratio "${PREFILL_RATIO:-2}" --kv "${KV:-f16}" \
     >"$out/serve.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT

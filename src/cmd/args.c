@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 bool arg_int(const char *opt, const char *s, long lo, long hi, long *out)
 {
@@ -33,6 +34,21 @@ bool arg_float(const char *opt, const char *s, double lo, double hi, double *out
         return false;
     }
     *out = v;
+    return true;
+}
+
+bool arg_kv(const char *opt, const char *s, enum inferd_kv_type *out)
+{
+    if (!strcmp(s, "f16"))
+        *out = INFERD_KV_F16;
+    else if (!strcmp(s, "bf16"))
+        *out = INFERD_KV_BF16;
+    else if (!strcmp(s, "f32"))
+        *out = INFERD_KV_F32;
+    else {
+        fprintf(stderr, "inferd: %s: expected f16, bf16 or f32, got '%s'\n", opt, s);
+        return false;
+    }
     return true;
 }
 

@@ -5,6 +5,8 @@
 #ifndef INFERD_CMD_ARGS_H
 #define INFERD_CMD_ARGS_H
 
+#include "inferd/inferd.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -12,6 +14,8 @@
  * "inferd: --opt: ..." and returns false on failure. */
 bool arg_int(const char *opt, const char *s, long lo, long hi, long *out);
 bool arg_float(const char *opt, const char *s, double lo, double hi, double *out);
+/* KV cache element type: f16, bf16 or f32. */
+bool arg_kv(const char *opt, const char *s, enum inferd_kv_type *out);
 /* "1,2,3" -> heap array (caller frees). */
 bool arg_tokens(const char *opt, const char *s, int32_t **out, int *n);
 /* Value of option i (argv[i+1]) or a usage message and NULL. */

@@ -191,14 +191,7 @@ int cmd_bench_engine(int argc, char **argv)
         } else if (!strcmp(a, "--shared-prefix")) {
             if (!arg_int(a, val, 0, 131072, &shared)) return 2;
         } else if (!strcmp(a, "--kv")) {
-            if (!strcmp(val, "f32"))
-                kvt = INFERD_KV_F32;
-            else if (!strcmp(val, "bf16"))
-                kvt = INFERD_KV_BF16;
-            else if (strcmp(val, "f16")) {
-                fprintf(stderr, "inferd: --kv: expected f16, bf16 or f32\n");
-                return 2;
-            }
+            if (!arg_kv(a, val, &kvt)) return 2;
         } else if (!strcmp(a, "--batches")) {
             int32_t *bs;
             int nb;

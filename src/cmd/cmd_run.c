@@ -45,21 +45,6 @@ static void run_usage(void)
             "  --no-prefix-cache      never reuse KV across requests\n");
 }
 
-static bool parse_kv(const char *s, enum inferd_kv_type *out)
-{
-    if (!strcmp(s, "f16"))
-        *out = INFERD_KV_F16;
-    else if (!strcmp(s, "bf16"))
-        *out = INFERD_KV_BF16;
-    else if (!strcmp(s, "f32"))
-        *out = INFERD_KV_F32;
-    else {
-        fprintf(stderr, "inferd: --kv: expected f16, bf16 or f32, got '%s'\n", s);
-        return false;
-    }
-    return true;
-}
-
 int cmd_run(int argc, char **argv)
 {
     const char *model_path = NULL, *text = NULL, *dump_path = NULL;
@@ -111,7 +96,7 @@ int cmd_run(int argc, char **argv)
         } else if (!strcmp(a, "--batch-with")) {
             if (!arg_int(a, val, 0, 4000, &batch_with)) goto usage;
         } else if (!strcmp(a, "--kv")) {
-            if (!parse_kv(val, &cfg.kv_type)) goto usage;
+            if (!arg_kv(a, val, &cfg.kv_type)) goto usage;
         } else if (!strcmp(a, "--temp")) {
             if (!arg_float(a, val, 0, 100, &d)) goto usage;
             sp.temperature = (float)d;
@@ -348,7 +333,7 @@ int cmd_logits(int argc, char **argv)
         } else if (!strcmp(a, "--chunk")) {
             if (!arg_int(a, val, 1, 65536, &chunk)) goto usage;
         } else if (!strcmp(a, "--kv")) {
-            if (!parse_kv(val, &kvt)) goto usage;
+            if (!arg_kv(a, val, &kvt)) goto usage;
         } else {
             fprintf(stderr, "inferd: logits: unknown option '%s'\n", a);
             goto usage;

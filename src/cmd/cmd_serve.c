@@ -27,6 +27,9 @@ static void serve_usage(void)
                     "  --ctx N                 context length per request (default "
                     "min(trained, 4096))\n"
                     "  --max-seqs N            sequences decoding at once (default 64)\n"
+                    "  --kv f16|bf16|f32       KV cache element type (default f16; bf16 "
+                    "halves attention's\n"
+                    "                          arithmetic on CPUs with AVX-512 BF16)\n"
                     "  --kv-blocks N           KV cache blocks (default: fit ctx x "
                     "max-seqs)\n"
                     "  --token-budget N        tokens per engine step: decode tokens + prefill "
@@ -101,6 +104,8 @@ int cmd_serve(int argc, char **argv)
                 return 2;
             }
             c.prefill_step_ratio = r > 0 ? (float)r : -1.0f;
+        } else if (!strcmp(a, "--kv")) {
+            if (!arg_kv(a, v, &c.kv_type)) return 2;
         } else if (!strcmp(a, "--kv-blocks")) {
             if (!arg_int(a, v, 1, 1 << 24, &n)) return 2;
             c.kv_blocks = (int)n;

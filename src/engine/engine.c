@@ -86,8 +86,9 @@
 
 /* Bumped whenever a kernel change alters the bits of K/V or their layout in
  * a block: block ids (and exported frames) of engines with different numerics
- * never match. 2: keys kept as K panels (by dimension within a block). */
-#define ENGINE_NUMERICS_VERSION "inferd-kv-numerics-2"
+ * never match. 2: keys kept as K panels (by dimension within a block).
+ * 3: attention over a bf16 cache rounds queries and weights to bf16. */
+#define ENGINE_NUMERICS_VERSION "inferd-kv-numerics-3"
 
 struct inferd_model {
     struct model *m; /* loaded weights */

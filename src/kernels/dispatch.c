@@ -145,12 +145,54 @@ void kern_matmul_packed(enum dtype wt, const void *P, int rows, int k, int r0, i
     ops()->matmul_packed(wt, P, rows, k, r0, r1, xq, x_row_bytes, xs, xs_row_bytes, n_tok, y, ldy);
 }
 
+/* ---- attention over the KV cache ----
+ *
+ * Over a bf16 cache the queries and the softmax weights are rounded to bf16
+ * here, before any level sees them, so that every product is of two bf16
+ * values - exact in f32 - and each level's f32 fma chain gives the bits of
+ * the AVX-512 level's vdpbf16ps chain (kernels.h). */
+
+/* rows x n floats of x (row stride ldx) rounded to bf16 into the slot, row
+ * stride n; returns them */
+static const float *round_bf16_rows(enum kern__slot slot, const float *x, size_t ldx, int rows,
+                                    int n)
+{
+    float *y = kern__scratch(slot, sizeof(float) * (size_t)rows * (size_t)n);
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < n; i++)
+            y[(size_t)r * n + i] = kern__round_bf16(x[(size_t)r * ldx + i]);
+    return y;
+}
+
+static void kv_dot_heads_op(enum dtype kv, const void *kt, int ld, int n_rows, const float *q,
+                            int ldq, int n_heads, int d, float *out, int ldo)
+{
+    if (ops()->kv_dot_heads) {
+        ops()->kv_dot_heads(kv, kt, ld, n_rows, q, ldq, n_heads, d, out, ldo);
+        return;
+    }
+    for (int h = 0; h < n_heads; h++)
+        ops()->kv_dot(kv, kt, ld, n_rows, q + (size_t)h * ldq, d, out + (size_t)h * ldo);
+}
+
+static void kv_accum_heads_op(enum dtype kv, const void *v, size_t stride, int n_rows,
+                              const float *w, int ldw, int n_heads, int d, float *out, int ldo)
+{
+    if (ops()->kv_accum_heads) {
+        ops()->kv_accum_heads(kv, v, stride, n_rows, w, ldw, n_heads, d, out, ldo);
+        return;
+    }
+    for (int h = 0; h < n_heads; h++)
+        ops()->kv_accum(kv, v, stride, n_rows, w + (size_t)h * ldw, d, out + (size_t)h * ldo);
+}
+
 void kern_kv_dot(enum dtype kv, const void *kt, int ld, int n_rows, const float *q, int d,
                  float *out)
 {
     CHECK(kv == DTYPE_F32 || kv == DTYPE_F16 || kv == DTYPE_BF16);
     CHECK(n_rows >= 0 && n_rows <= ld && d >= 0);
     if (n_rows == 0) return;
+    if (kv == DTYPE_BF16) q = round_bf16_rows(KERN__SLOT_KVQ, q, 0, 1, d);
     ops()->kv_dot(kv, kt, ld, n_rows, q, d, out);
 }
 
@@ -160,6 +202,7 @@ void kern_kv_accum(enum dtype kv, const void *v, size_t stride, int n_rows, cons
     CHECK(kv == DTYPE_F32 || kv == DTYPE_F16 || kv == DTYPE_BF16);
     CHECK(n_rows >= 0 && d >= 0);
     if (n_rows == 0 || d == 0) return;
+    if (kv == DTYPE_BF16) w = round_bf16_rows(KERN__SLOT_KVW, w, 0, 1, n_rows);
     ops()->kv_accum(kv, v, stride, n_rows, w, d, out);
 }
 
@@ -169,12 +212,11 @@ void kern_kv_dot_heads(enum dtype kv, const void *kt, int ld, int n_rows, const 
     CHECK(kv == DTYPE_F32 || kv == DTYPE_F16 || kv == DTYPE_BF16);
     CHECK(n_rows >= 0 && n_rows <= ld && d >= 0 && n_heads >= 0);
     if (n_rows == 0 || n_heads == 0) return;
-    if (ops()->kv_dot_heads) {
-        ops()->kv_dot_heads(kv, kt, ld, n_rows, q, ldq, n_heads, d, out, ldo);
-        return;
+    if (kv == DTYPE_BF16) {
+        q = round_bf16_rows(KERN__SLOT_KVQ, q, (size_t)ldq, n_heads, d);
+        ldq = d;
     }
-    for (int h = 0; h < n_heads; h++)
-        ops()->kv_dot(kv, kt, ld, n_rows, q + (size_t)h * ldq, d, out + (size_t)h * ldo);
+    kv_dot_heads_op(kv, kt, ld, n_rows, q, ldq, n_heads, d, out, ldo);
 }
 
 void kern_kv_accum_heads(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w,
@@ -183,12 +225,11 @@ void kern_kv_accum_heads(enum dtype kv, const void *v, size_t stride, int n_rows
     CHECK(kv == DTYPE_F32 || kv == DTYPE_F16 || kv == DTYPE_BF16);
     CHECK(n_rows >= 0 && d >= 0 && n_heads >= 0);
     if (n_rows == 0 || d == 0 || n_heads == 0) return;
-    if (ops()->kv_accum_heads) {
-        ops()->kv_accum_heads(kv, v, stride, n_rows, w, ldw, n_heads, d, out, ldo);
-        return;
+    if (kv == DTYPE_BF16) {
+        w = round_bf16_rows(KERN__SLOT_KVW, w, (size_t)ldw, n_heads, n_rows);
+        ldw = n_rows;
     }
-    for (int h = 0; h < n_heads; h++)
-        ops()->kv_accum(kv, v, stride, n_rows, w + (size_t)h * ldw, d, out + (size_t)h * ldo);
+    kv_accum_heads_op(kv, v, stride, n_rows, w, ldw, n_heads, d, out, ldo);
 }
 
 void kern_attend_heads(enum dtype kv, const void *k, const void *v, size_t block_stride,
@@ -198,23 +239,31 @@ void kern_attend_heads(enum dtype kv, const void *k, const void *v, size_t block
     CHECK(kv == DTYPE_F32 || kv == DTYPE_F16 || kv == DTYPE_BF16);
     CHECK(n > 0 && ld > 0 && lds >= n && d > 0 && n_heads > 0 && n_heads <= KERN_ATTEND_MAX_HEADS &&
           scale > 0);
-    if (ops()->attend_heads) {
+    if (kv == DTYPE_BF16) {
+        q = round_bf16_rows(KERN__SLOT_KVQ, q, (size_t)ldq, n_heads, d);
+        ldq = d;
+    }
+    if (ops()->attend_heads) { /* rounds its weights itself */
         ops()->attend_heads(kv, k, v, block_stride, ids, ld, n, q, ldq, n_heads, d, scale, scores,
                             lds, out, ldo);
         return;
     }
     const size_t row = (size_t)d * dtype_info(kv)->type_size;
     for (int p0 = 0, i = 0; p0 < n; p0 += ld, i++)
-        kern_kv_dot_heads(kv, (const char *)k + (size_t)ids[i] * block_stride, ld,
-                          n - p0 < ld ? n - p0 : ld, q, ldq, n_heads, d, scores + p0, lds);
+        kv_dot_heads_op(kv, (const char *)k + (size_t)ids[i] * block_stride, ld,
+                        n - p0 < ld ? n - p0 : ld, q, ldq, n_heads, d, scores + p0, lds);
     float total[KERN_ATTEND_MAX_HEADS];
     for (int h = 0; h < n_heads; h++) {
-        total[h] = kern_softmax_exp(scores + (size_t)h * lds, n, scale);
+        float *sh = scores + (size_t)h * lds;
+        total[h] = kern_softmax_exp(sh, n, scale);
+        if (kv == DTYPE_BF16)
+            for (int j = 0; j < n; j++)
+                sh[j] = kern__round_bf16(sh[j]);
         memset(out + (size_t)h * ldo, 0, sizeof(float) * (size_t)d);
     }
     for (int p0 = 0, i = 0; p0 < n; p0 += ld, i++)
-        kern_kv_accum_heads(kv, (const char *)v + (size_t)ids[i] * block_stride, row,
-                            n - p0 < ld ? n - p0 : ld, scores + p0, lds, n_heads, d, out, ldo);
+        kv_accum_heads_op(kv, (const char *)v + (size_t)ids[i] * block_stride, row,
+                          n - p0 < ld ? n - p0 : ld, scores + p0, lds, n_heads, d, out, ldo);
     for (int h = 0; h < n_heads; h++) {
         const float inv = 1.0f / total[h];
         for (int i = 0; i < d; i++)

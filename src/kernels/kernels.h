@@ -112,8 +112,19 @@ void kern_matmul_packed(enum dtype wt, const void *P, int rows, int k, int r0, i
  * reduction. Values stay row-major (row j's d elements contiguous), which is
  * what the weighted sum wants.
  *
+ * Over a bf16 cache every query element and every attention weight (w
+ * below, and the softmax weights of kern_attend_heads) is first rounded to
+ * bf16 (nearest, ties to even; a subnormal to a zero of its sign), as
+ * attention kernels over bf16 caches do: each product is then of two bf16
+ * values, exact in f32, and the AVX-512 level computes two of them per lane
+ * and instruction (vdpbf16ps) with the bits of the f32 fma chains below.
+ * The levels agree bitwise unless a cached K or V element is subnormal
+ * (vdpbf16ps reads it as zero) or a partial sum is (it flushes it).
+ *
  * out[j] = dot(K row j, q) for j in [0, n_rows), n_rows <= ld; K row j is
- * column j of the panel kt (element size of kv; ld elements a dimension). */
+ * column j of the panel kt (element size of kv; ld elements a dimension).
+ * Four chains: chain c = fma over dimensions c, c + 4, c + 8, ... in order;
+ * out[j] = (c0 + c1) + (c2 + c3). */
 void kern_kv_dot(enum dtype kv, const void *kt, int ld, int n_rows, const float *q, int d,
                  float *out);
 /* out[i] += w[j] * V[j][i] for j = 0, 1, ..., n_rows - 1 in that order. */

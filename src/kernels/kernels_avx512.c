@@ -1579,6 +1579,9 @@ AI void kv_accum_t(const int kv, const char *v, size_t stride, int n_rows, const
     }
 }
 
+static void kv_accum_heads_avx512(enum dtype kv, const void *v, size_t stride, int n_rows,
+                                  const float *w, int ldw, int n_heads, int d, float *out, int ldo);
+
 static void kv_accum_avx512(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w,
                             int d, float *out)
 {
@@ -1587,7 +1590,7 @@ static void kv_accum_avx512(enum dtype kv, const void *v, size_t stride, int n_r
     else if (kv == DTYPE_F16)
         kv_accum_t(DTYPE_F16, v, stride, n_rows, w, d, out);
     else
-        kv_accum_t(DTYPE_BF16, v, stride, n_rows, w, d, out);
+        kv_accum_heads_avx512(kv, v, stride, n_rows, w, 0, 1, d, out, 0);
 }
 
 /* ---- attention: K panels and grouped-query heads ----
@@ -1729,6 +1732,143 @@ static __attribute__((noinline)) void kvt_dot_any(int kv, struct kvrun r, const 
     }
 }
 
+/* ---- bf16 caches: two products per lane and instruction ----
+ *
+ * q arrives rounded to bf16 (dispatch.c) and the weights are rounded as
+ * they are packed (kvb_pack; vcvtneps2bf16 rounds as kern__round_bf16), so
+ * a vdpbf16ps lane, which adds its odd (high) product and then its even
+ * one, each exact, rounding after each, is two steps of an f32 fma chain. The pairs
+ * are arranged so the chains are kern_kv_dot's and kern_kv_accum's own:
+ *
+ *   q.K: dimensions e (high) and e + 4 (low) of 16 keys, one vpermt2w from
+ *        two rows of the panel: chain c = e % 4 still takes c, c + 4, ... in
+ *        order; the query pair is one broadcast dword.
+ *   V:   rows j (high) and j + 1 (low) of 32 columns, vpunpck[lh]wd: lanes
+ *        hold the columns out of order (4 of every 8 in each half), put
+ *        back when the accumulators are stored. The weights are packed the
+ *        same way, w[j + 1] in the low half of dword j / 2.
+ *
+ * A missing partner (a dimension past d, the row after the last) is a
+ * zero times -0, which leaves any sum as it was. Per 2 dimensions (or rows)
+ * and head this is one vdpbf16ps for two fmas and two conversions. */
+
+#define KVB_MAX_D 512 /* head sizes the bf16 q.K packs on the stack */
+
+/* word 2j: key j of the first table (dim e + 4), word 2j + 1: of the second (dim e) */
+static const uint16_t kvb_kidx[32]
+    __attribute__((aligned(64))) = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                    8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+
+#define KVB_DOT 4 /* heads of one bf16 q.K pass over a panel (4 x 4 chains in registers) */
+
+/* acc + the pairs of k times the pair (dword) at p, broadcast. A separate
+ * vpbroadcastd: vdpbf16ps with an embedded {1to16} broadcast runs slower
+ * (measured on Zen 5). */
+AI __m512 dpbf16_bcst(__m512 acc, __m512i k, const void *p)
+{
+    return _mm512_dpbf16_ps(acc, (__m512bh)k, (__m512bh)_mm512_set1_epi32(*(const int *)p));
+}
+
+/* dims e and e + 4 (zero past d, when tail) of the panel's 16 rows at kt,
+ * mask m, as one vector of pairs */
+#define KVB_PAIR(e, tail)                                                                          \
+    ({                                                                                             \
+        const char *p_ = kt + (size_t)(e)*dim;                                                     \
+        __m256i a_ = m == 0xffff ? _mm256_loadu_si256((const __m256i *)p_)                         \
+                                 : _mm256_maskz_loadu_epi16(m, p_);                                \
+        __m256i b_ = (tail) && (e) + 4 >= d ? _mm256_setzero_si256()                               \
+                     : m == 0xffff          ? _mm256_loadu_si256((const __m256i *)(p_ + 4 * dim))  \
+                                            : _mm256_maskz_loadu_epi16(m, p_ + 4 * dim);                    \
+        _mm512_permutex2var_epi16(_mm512_castsi256_si512(b_), kidx, _mm512_castsi256_si512(a_));   \
+    })
+#define KVB_STEP(cr, e, slot, tail)                                                                \
+    do {                                                                                           \
+        const __m512i k_ = KVB_PAIR(e, tail);                                                      \
+        _Pragma("GCC unroll 4") for (int h = 0; h < H; h++) cr[h] =                                \
+            dpbf16_bcst(cr[h], k_, qp + h * ldqp + (slot));                                        \
+    } while (0)
+
+/* kvt_dot16_heads over a bf16 panel for H <= KVB_DOT heads: qp holds each
+ * head's query pairs (ldqp dwords a head; dword 4 g + c: dims 8 g + c high,
+ * 8 g + c + 4 low). */
+AI void kvb_dot16_heads(const char *kt, size_t dim, __mmask16 m, const uint32_t *qp, int ldqp,
+                        const int H, int d, float *out, int ldo)
+{
+    const __m512i kidx = _mm512_load_si512(kvb_kidx);
+    __m512 c0[KVB_DOT], c1[KVB_DOT], c2[KVB_DOT], c3[KVB_DOT];
+    _Pragma("GCC unroll 4") for (int h = 0; h < H; h++) c0[h] = c1[h] = c2[h] = c3[h] =
+        _mm512_setzero_ps();
+    int e = 0, s = 0;
+    for (; e + 8 <= d; e += 8, s += 4) {
+        KVB_STEP(c0, e, s, 0);
+        KVB_STEP(c1, e + 1, s + 1, 0);
+        KVB_STEP(c2, e + 2, s + 2, 0);
+        KVB_STEP(c3, e + 3, s + 3, 0);
+    }
+    if (e < d) KVB_STEP(c0, e, s, 1); /* d % 8 dimensions left */
+    if (e + 1 < d) KVB_STEP(c1, e + 1, s + 1, 1);
+    if (e + 2 < d) KVB_STEP(c2, e + 2, s + 2, 1);
+    if (e + 3 < d) KVB_STEP(c3, e + 3, s + 3, 1);
+    _Pragma("GCC unroll 4") for (int h = 0; h < H; h++) _mm512_mask_storeu_ps(
+        out + (size_t)h * ldo, m,
+        _mm512_add_ps(_mm512_add_ps(c0[h], c1[h]), _mm512_add_ps(c2[h], c3[h])));
+}
+
+/* The panel at kt for heads [0, H) in passes of at most KVB_DOT (the
+ * panel stays in L1 between them). */
+AI void kvb_dot16(const char *kt, size_t dim, __mmask16 m, const uint32_t *qp, int ldqp, int H,
+                  int d, float *out, int ldo)
+{
+    for (int h0 = 0; h0 < H; h0 += KVB_DOT) {
+        const uint32_t *qh = qp + (size_t)h0 * ldqp;
+        float *oh = out + (size_t)h0 * ldo;
+        switch (H - h0) {
+        case 1:
+            kvb_dot16_heads(kt, dim, m, qh, ldqp, 1, d, oh, ldo);
+            break;
+        case 2:
+            kvb_dot16_heads(kt, dim, m, qh, ldqp, 2, d, oh, ldo);
+            break;
+        case 3:
+            kvb_dot16_heads(kt, dim, m, qh, ldqp, 3, d, oh, ldo);
+            break;
+        default:
+            kvb_dot16_heads(kt, dim, m, qh, ldqp, 4, d, oh, ldo);
+            break;
+        }
+    }
+}
+
+/* H <= KVH_DOT heads (q rounded to bf16, d <= KVB_MAX_D) over a run of
+ * bf16 K panels */
+static __attribute__((noinline)) void kvb_dot(struct kvrun r, const float *q, int ldq, int H, int d,
+                                              float *out, int ldo)
+{
+    uint32_t qp[KVH_DOT * KVB_MAX_D / 2];
+    const int ldqp = (d + 7) / 8 * 4;
+    for (int h = 0; h < H; h++)
+        for (int e0 = 0; e0 < d; e0 += 8)
+            for (int c = 0; c < 4; c++) {
+                const int e = e0 + c;
+                const float *qh = q + (size_t)h * ldq;
+                uint32_t hi = e < d ? kern__f32_to_bf16(qh[e]) : 0x8000u;
+                uint32_t lo = e + 4 < d ? kern__f32_to_bf16(qh[e + 4]) : 0x8000u;
+                qp[h * ldqp + e0 / 2 + c] = hi << 16 | lo;
+            }
+    const size_t dim = (size_t)r.bt * 2;
+    for (int p0 = 0, i = 0; p0 < r.n; p0 += r.bt, i++) {
+        const char *kt = r.base + (size_t)r.ids[i] * r.bstride;
+        const int n_rows = r.n - p0 < r.bt ? r.n - p0 : r.bt;
+        for (int j = 0; j < n_rows; j += 16) {
+            if (n_rows - j >= 16)
+                kvb_dot16(kt + (size_t)j * 2, dim, 0xffff, qp, ldqp, H, d, out + p0 + j, ldo);
+            else
+                kvb_dot16(kt + (size_t)j * 2, dim, (__mmask16)((1u << (n_rows - j)) - 1), qp, ldqp,
+                          H, d, out + p0 + j, ldo);
+        }
+    }
+}
+
 /* q.K of n_heads heads over a run of K panels. */
 static void kv_dot_run(enum dtype kv, struct kvrun r, const float *q, int ldq, int n_heads, int d,
                        float *out, int ldo)
@@ -1741,6 +1881,8 @@ static void kv_dot_run(enum dtype kv, struct kvrun r, const float *q, int ldq, i
         float *oh = out + (size_t)h0 * ldo;
         if (kv == DTYPE_F16)
             kvt_dot_f16(r, qh, ldq, H, d, oh, ldo);
+        else if (kv == DTYPE_BF16 && d <= KVB_MAX_D)
+            kvb_dot(r, qh, ldq, H, d, oh, ldo);
         else
             kvt_dot_any(kv, r, qh, ldq, H, d, oh, ldo);
     }
@@ -1859,11 +2001,156 @@ static __attribute__((noinline)) void kv_acc_any(int kv, struct kvrun r, size_t 
     }
 }
 
+/* Lane l of the low (high) accumulator of a 32-column slice holds column
+ * 8 (l / 4) + l % 4 (+ 4): the slice's natural halves X0 (columns 0-15) and
+ * X1 (16-31) from the pair and back, each one vpermt2ps. */
+static const int32_t kvb_lo_idx[16]
+    __attribute__((aligned(64))) = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
+static const int32_t kvb_hi_idx[16]
+    __attribute__((aligned(64))) = {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
+static const int32_t kvb_x0_idx[16]
+    __attribute__((aligned(64))) = {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
+static const int32_t kvb_x1_idx[16]
+    __attribute__((aligned(64))) = {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
+
+/* The bf16 V sum over a run for H <= KVH_ACC heads, columns [e, e + 64)
+ * (m16: which of out's 16-column groups exist; all four: `full`): weights
+ * packed by kvb_pack (dword j / 2 of head h at wp + h * ldwp elements holds
+ * w[j] high, w[j + 1] low). Per block and 32-column slice, the slice's
+ * 2 H accumulators come into registers from acc (pair order) and go back,
+ * so each V row's two cache lines are read once and no register spills.
+ * The run's blocks but the last have an even number of rows. */
+AI void kvb_acc_heads(struct kvrun r, size_t stride, const uint16_t *wp, int ldwp, const int H,
+                      int e, const int full, const __mmask16 m16[4], int acc_out, float *out,
+                      int ldo)
+{
+    float acc[KVH_ACC][4][16] __attribute__((aligned(64)));
+    const int n_slices = full || m16[2] ? 2 : 1;
+    const __m512i ilo = _mm512_load_si512(kvb_lo_idx), ihi = _mm512_load_si512(kvb_hi_idx);
+    for (int h = 0; h < H; h++)
+        for (int s = 0; s < n_slices; s++) {
+            const float *o = out + (size_t)h * ldo + e + 32 * s;
+            __m512 x0 = _mm512_setzero_ps(), x1 = x0;
+            if (acc_out) {
+                x0 = full ? _mm512_loadu_ps(o) : _mm512_maskz_loadu_ps(m16[2 * s], o);
+                x1 = full ? _mm512_loadu_ps(o + 16) : _mm512_maskz_loadu_ps(m16[2 * s + 1], o + 16);
+            }
+            _mm512_store_ps(acc[h][2 * s], _mm512_permutex2var_ps(x0, ilo, x1));
+            _mm512_store_ps(acc[h][2 * s + 1], _mm512_permutex2var_ps(x0, ihi, x1));
+        }
+    for (int p0 = 0, i = 0; p0 < r.n; p0 += r.bt, i++) {
+        const char *vb = r.base + (size_t)r.ids[i] * r.bstride + 2 * (size_t)e;
+        const int n_rows = r.n - p0 < r.bt ? r.n - p0 : r.bt;
+        for (int s = 0; s < n_slices; s++) {
+            const __mmask32 m =
+                full ? ~(__mmask32)0 : (__mmask32)m16[2 * s] | (__mmask32)m16[2 * s + 1] << 16;
+            __m512 lo[KVH_ACC], hi[KVH_ACC];
+            _Pragma("GCC unroll 8") for (int h = 0; h < H; h++)
+            {
+                lo[h] = _mm512_load_ps(acc[h][2 * s]);
+                hi[h] = _mm512_load_ps(acc[h][2 * s + 1]);
+            }
+            for (int j = 0; j < n_rows; j += 2) {
+                const char *ra = vb + (size_t)j * stride + 64 * s;
+                const uint16_t *wb = wp + p0 + j;
+                __m512i a = full ? _mm512_loadu_si512(ra) : _mm512_maskz_loadu_epi16(m, ra);
+                __m512i b = j + 1 >= n_rows ? _mm512_setzero_si512()
+                            : full          ? _mm512_loadu_si512(ra + stride)
+                                            : _mm512_maskz_loadu_epi16(m, ra + stride);
+                const __m512i pl = _mm512_unpacklo_epi16(b, a), ph = _mm512_unpackhi_epi16(b, a);
+                _Pragma("GCC unroll 8") for (int h = 0; h < H; h++)
+                {
+                    lo[h] = dpbf16_bcst(lo[h], pl, wb + (size_t)h * ldwp);
+                    hi[h] = dpbf16_bcst(hi[h], ph, wb + (size_t)h * ldwp);
+                }
+            }
+            _Pragma("GCC unroll 8") for (int h = 0; h < H; h++)
+            {
+                _mm512_store_ps(acc[h][2 * s], lo[h]);
+                _mm512_store_ps(acc[h][2 * s + 1], hi[h]);
+            }
+        }
+    }
+    const __m512i ix0 = _mm512_load_si512(kvb_x0_idx), ix1 = _mm512_load_si512(kvb_x1_idx);
+    for (int h = 0; h < H; h++)
+        for (int s = 0; s < n_slices; s++) {
+            const __m512 lo = _mm512_load_ps(acc[h][2 * s]), hi = _mm512_load_ps(acc[h][2 * s + 1]);
+            float *o = out + (size_t)h * ldo + e + 32 * s;
+            const __m512 x0 = _mm512_permutex2var_ps(lo, ix0, hi);
+            const __m512 x1 = _mm512_permutex2var_ps(lo, ix1, hi);
+            if (full) {
+                _mm512_storeu_ps(o, x0);
+                _mm512_storeu_ps(o + 16, x1);
+            } else {
+                _mm512_mask_storeu_ps(o, m16[2 * s], x0);
+                _mm512_mask_storeu_ps(o + 16, m16[2 * s + 1], x1);
+            }
+        }
+}
+
+#define KVB_ACC_CALL(h) kvb_acc_heads(r, stride, wp, ldwp, h, e, full_, m16, acc_out, out, ldo)
+
+static __attribute__((noinline)) void kvb_acc(struct kvrun r, size_t stride, const uint16_t *wp,
+                                              int ldwp, int H, int e, int full,
+                                              const __mmask16 m16[4], int acc_out, float *out,
+                                              int ldo)
+{
+    if (full) {
+        const int full_ = 1;
+        HEADS_SWITCH(H, KVB_ACC_CALL)
+    } else {
+        const int full_ = 0;
+        HEADS_SWITCH(H, KVB_ACC_CALL)
+    }
+}
+
+/* Packs rows [0, n) of n_heads rows of weights (each already a bf16 value)
+ * for kvb_acc: head h's at wp + h * ldwp, w[j] at element j ^ 1, and a -0
+ * partner for an odd last row. ldwp >= n rounded up to even. */
+static void kvb_pack(const float *w, int ldw, int n_heads, int n, uint16_t *wp, int ldwp)
+{
+    for (int h = 0; h < n_heads; h++) {
+        const float *wh = w + (size_t)h * ldw;
+        uint16_t *ph = wp + (size_t)h * ldwp;
+        for (int j = 0; j < n; j += 16) {
+            const int k = n - j >= 16 ? 16 : n - j;
+            __m256i b = (__m256i)_mm512_cvtneps_pbh(
+                _mm512_maskz_loadu_ps((__mmask16)((1u << k) - 1), wh + j));
+            /* whole dwords: an odd last row's partner (a zero lane) is set below */
+            _mm256_mask_storeu_epi16(ph + j, (__mmask16)((1u << ((k + 1) & ~1)) - 1),
+                                     _mm256_rol_epi32(b, 16));
+        }
+        if (n & 1) ph[n - 1] = 0x8000; /* row n - 1's partner (low half of its dword) */
+    }
+}
+
 /* The weighted V sum of n_heads heads over a run, into out (acc_out: on top
  * of what out holds; else out is overwritten). */
 static void kv_acc_run(enum dtype kv, struct kvrun r, size_t stride, const float *w, int ldw,
                        int n_heads, int d, int acc_out, float *out, int ldo)
 {
+    if (kv == DTYPE_BF16 && (r.bt % 2 == 0 || r.n <= r.bt)) {
+        const int ldwp = (r.n + 2) & ~1;
+        uint16_t *wp = kern__scratch(KERN__SLOT_KVP, sizeof(uint16_t) * (size_t)ldwp * n_heads);
+        kvb_pack(w, ldw, n_heads, r.n, wp, ldwp);
+        const int n_groups = (n_heads + KVH_ACC - 1) / KVH_ACC;
+        for (int g = 0; g < n_groups; g++) {
+            int h0 = g * n_heads / n_groups, H = (g + 1) * n_heads / n_groups - h0;
+            const uint16_t *wh = wp + (size_t)h0 * ldwp;
+            float *oh = out + (size_t)h0 * ldo;
+            for (int e = 0; e < d; e += 64) {
+                __mmask16 m16[4];
+                for (int c = 0; c < 4; c++) {
+                    int left = d - e - 16 * c;
+                    m16[c] = left <= 0    ? 0
+                             : left >= 16 ? (__mmask16)0xffff
+                                          : (__mmask16)((1u << left) - 1);
+                }
+                kvb_acc(r, stride, wh, ldwp, H, e, m16[3] == 0xffff, m16, acc_out, oh, ldo);
+            }
+        }
+        return;
+    }
     /* heads in near-equal groups of at most KVH_ACC; a group's width is 64
      * columns up to 7 heads, else 32 */
     const int n_groups = (n_heads + KVH_ACC - 1) / KVH_ACC;
@@ -1910,6 +2197,10 @@ static void attend_heads_avx512(enum dtype kv, const void *k, const void *v, siz
     float total[KERN_ATTEND_MAX_HEADS];
     for (int h = 0; h < n_heads; h++)
         total[h] = kern__softmax_exp_avx512(scores + (size_t)h * lds, n, scale);
+    if (kv == DTYPE_BF16 && ld % 2 && n > ld) /* the f32 path: round the weights here */
+        for (int h = 0; h < n_heads; h++)
+            for (int j = 0; j < n; j++)
+                scores[(size_t)h * lds + j] = kern__round_bf16(scores[(size_t)h * lds + j]);
     kv_acc_run(kv, rv, (size_t)d * es, scores, lds, n_heads, d, 0, out, ldo);
     for (int h = 0; h < n_heads; h++) {
         const __m512 inv = _mm512_set1_ps(1.0f / total[h]);

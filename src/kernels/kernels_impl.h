@@ -84,6 +84,9 @@ enum kern__slot {
     KERN__SLOT_PREP,  /* per-call activation side data (scales, sums) */
     KERN__SLOT_PANEL, /* repacked weight panel */
     KERN__SLOT_ACC,   /* float accumulators carried across panel chunks */
+    KERN__SLOT_KVQ,   /* bf16 KV: queries rounded to bf16 (dispatch.c) */
+    KERN__SLOT_KVW,   /* bf16 KV: attention weights rounded to bf16 (dispatch.c) */
+    KERN__SLOT_KVP,   /* bf16 KV: weights packed as bf16 pairs (kernels_avx512.c) */
     KERN__SLOT_COUNT,
 };
 void *kern__scratch(enum kern__slot slot, size_t bytes);
@@ -155,6 +158,16 @@ static inline uint16_t kern__f32_to_bf16(float f)
     uint32_t u = kern__f2u(f);
     if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40);
     return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+/* The bf16 value nearest f (ties to even) as a float; a subnormal becomes
+ * a zero of its sign, a NaN a quiet NaN: what vcvtneps2bf16 gives. Queries
+ * and attention weights over a bf16 KV cache go through it (kernels.h). */
+static inline float kern__round_bf16(float f)
+{
+    uint32_t u = kern__f2u(f);
+    if ((u & 0x7f800000) == 0) return kern__u2f(u & 0x80000000);
+    return kern__bf16_to_f32(kern__f32_to_bf16(f));
 }
 
 /* The canonical 16-lane reduction: halves folded onto each other. */

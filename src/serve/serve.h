@@ -11,31 +11,33 @@
 #define INFERD_SERVE_SERVE_H
 
 #include "base/err.h"
+#include "inferd/inferd.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 
 struct serve_config {
-    const char *host;         /* listen address */
-    int port;                 /* listen port (0: any free port, printed) */
-    const char *data_dir;     /* stored responses, the demo model */
-    const char *model_path;   /* GGUF to serve; NULL: the demo model in data_dir */
-    const char *model_name;   /* name in the API; NULL: file name without .gguf */
-    const char *api_key;      /* required bearer key, or NULL for none */
-    int n_threads;            /* engine compute threads (0: all cores) */
-    int max_ctx;              /* context length per request (0: min(trained, 4096)) */
-    int max_seqs;             /* sequences running at once in the engine */
-    int kv_blocks;            /* KV pool blocks (0: fit max_ctx * max_seqs) */
-    int token_budget;         /* tokens per engine step (0: the engine's default, 512) */
-    float prefill_step_ratio; /* mixed step cost bound in decode steps (0: engine default 2;
-                                 < 0: off) */
-    int max_queue;            /* waiting sequences before 429 */
-    int max_open;             /* HTTP requests in progress before 503 */
-    size_t max_body;          /* request body bytes */
-    size_t max_headers;       /* request header bytes */
-    int idle_timeout_s;       /* connection read/write timeout */
-    int shutdown_timeout_s;   /* grace for in-flight requests on SIGINT/SIGTERM */
-    const char *port_file;    /* write the bound port here once listening (tests) */
+    const char *host;            /* listen address */
+    int port;                    /* listen port (0: any free port, printed) */
+    const char *data_dir;        /* stored responses, the demo model */
+    const char *model_path;      /* GGUF to serve; NULL: the demo model in data_dir */
+    const char *model_name;      /* name in the API; NULL: file name without .gguf */
+    const char *api_key;         /* required bearer key, or NULL for none */
+    int n_threads;               /* engine compute threads (0: all cores) */
+    int max_ctx;                 /* context length per request (0: min(trained, 4096)) */
+    int max_seqs;                /* sequences running at once in the engine */
+    int kv_blocks;               /* KV pool blocks (0: fit max_ctx * max_seqs) */
+    enum inferd_kv_type kv_type; /* KV cache element type (default f16) */
+    int token_budget;            /* tokens per engine step (0: the engine's default, 512) */
+    float prefill_step_ratio;    /* mixed step cost bound in decode steps (0: engine default 2;
+                                    < 0: off) */
+    int max_queue;               /* waiting sequences before 429 */
+    int max_open;                /* HTTP requests in progress before 503 */
+    size_t max_body;             /* request body bytes */
+    size_t max_headers;          /* request header bytes */
+    int idle_timeout_s;          /* connection read/write timeout */
+    int shutdown_timeout_s;      /* grace for in-flight requests on SIGINT/SIGTERM */
+    const char *port_file;       /* write the bound port here once listening (tests) */
 };
 
 void serve_config_default(struct serve_config *c);

@@ -1317,6 +1317,7 @@ void serve_config_default(struct serve_config *c)
     c->port = 8080;
     c->data_dir = "./inferd-data";
     c->max_seqs = 64;
+    c->kv_type = INFERD_KV_F16;
     c->max_queue = 256;
     c->max_open = 1024;
     c->max_body = 8u << 20;
@@ -1425,6 +1426,7 @@ static int load(struct server *s, const struct serve_config *cfg, struct err_msg
     ec.max_ctx = cfg->max_ctx;
     ec.max_seqs = cfg->max_seqs;
     ec.kv_blocks = cfg->kv_blocks;
+    ec.kv_type = cfg->kv_type;
     ec.token_budget = cfg->token_budget;
     ec.prefill_step_ratio = cfg->prefill_step_ratio;
     ec.max_waiting = cfg->max_queue;

@@ -307,6 +307,10 @@ def forward(model, tokens, perturb=None, act="f64", kv="f64", out_chunk=4096):
         if kv != "f64":
             # the engine caches K after RoPE, and V, in the KV dtype
             k, v = round_kv(k, kv), round_kv(v, kv)
+        if kv == "bf16":
+            # over a bf16 cache it rounds the queries and the softmax weights
+            # to bf16 too (the products are then exact; the sum is not rounded)
+            q = round_bf16(q)
 
         group = nh // nkv
         scale = 1.0 / hd if perturb == "attn_scale" else 1.0 / np.sqrt(hd)
@@ -319,8 +323,10 @@ def forward(model, tokens, perturb=None, act="f64", kv="f64", out_chunk=4096):
                 s = np.where(causal, s, -np.inf)
             s = s - s.max(axis=1, keepdims=True)
             pr = np.exp(s)
-            pr /= pr.sum(axis=1, keepdims=True)
-            o[:, hh, :] = pr @ v[:, g, :]
+            total = pr.sum(axis=1, keepdims=True)
+            if kv == "bf16":
+                pr = round_bf16(pr)
+            o[:, hh, :] = (pr @ v[:, g, :]) / total
         wo = W(p + "attn_output.weight")
         if perturb == "transpose_wo":
             if wo.shape[0] != wo.shape[1]:
