@@ -32,8 +32,9 @@
 # The server runs with --token-budget $TOKEN_BUDGET (default 512),
 # --prefill-ratio $PREFILL_RATIO (default 2): a step that prefills next to
 # decoding streams costs at most that many decode-only steps, and --kv $KV
-# (default f16, the server's default; bf16 halves attention's arithmetic on
-# CPUs with AVX-512 BF16).
+# (default bf16: two products per lane and instruction in attention on CPUs
+# with AVX-512 BF16, as CPU serving engines run it; KV=f16 runs the server's
+# own default).
 #
 # Usage: [TOKEN_BUDGET=N] [PREFILL_RATIO=R] [KV=f16|bf16|f32] [TURNS=N] [INPUT=N] [OUTPUT=N]
 #        [ANSWER_WORDS=0|1] [ROUNDS=N] bench/serve/bench_serve.sh [BUILD_DIR] [OUT_DIR]
@@ -51,7 +52,7 @@ model=$out/qwen2.5-0.5b-q8_0.gguf
 
 "$bin" serve -m "$model" --name qwen --port 0 --port-file "$out/port" --data-dir "$out/data" \
     --threads 2 --ctx 4096 --max-seqs 16 --token-budget "${TOKEN_BUDGET:-512}" \
-    --prefill-ratio "${PREFILL_RATIO:-2}" --kv "${KV:-f16}" \
+    --prefill-ratio "${PREFILL_RATIO:-2}" --kv "${KV:-bf16}" \
     >"$out/serve.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT

@@ -18,8 +18,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# A bf16 KV cache (as bench/serve/bench_serve.sh runs it); the API suite runs f16.
 "$INFERD_BIN" serve -m "$m" --name tiny --port 0 --port-file "$work/port" --data-dir "$work/data" \
-    --threads 2 --ctx 1024 >"$work/serve.log" 2>&1 &
+    --threads 2 --ctx 1024 --kv bf16 >"$work/serve.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 300); do [ -s "$work/port" ] && break; sleep 0.1; done
 [ -s "$work/port" ] || { cat "$work/serve.log"; fail "server did not start"; finish; exit 1; }
@@ -80,4 +81,10 @@ else fail "chat sessions: answers not reused"; fi
 
 kill -TERM "$pid"; wait "$pid" && ok "server exits cleanly" || fail "server exit status"
 pid=
+
+# A KV type the server does not have: exit status 2 and a message naming it.
+rc=0; "$INFERD_BIN" serve -m "$m" --port 0 --data-dir "$work/data" --kv f8 >"$work/bad.log" 2>&1 ||
+    rc=$?
+if [ "$rc" -eq 2 ] && grep -q "^inferd: --kv: expected f16, bf16 or f32, got 'f8'" "$work/bad.log"
+then ok "serve --kv f8: a clear error"; else fail "serve --kv f8: rc $rc"; cat "$work/bad.log"; fi
 finish
