@@ -1737,8 +1737,9 @@ static __attribute__((noinline)) void kvt_dot_any(int kv, struct kvrun r, const 
  * q arrives rounded to bf16 (dispatch.c) and the weights are rounded as
  * they are packed (kvb_pack; vcvtneps2bf16 rounds as kern__round_bf16), so
  * a vdpbf16ps lane, which adds its odd (high) product and then its even
- * one, each exact, rounding after each, is two steps of an f32 fma chain. The pairs
- * are arranged so the chains are kern_kv_dot's and kern_kv_accum's own:
+ * one, each exact, rounding after each, is two steps of an f32 fma chain.
+ * The pairs are arranged so the chains are kern_kv_dot's and
+ * kern_kv_accum's own:
  *
  *   q.K: dimensions e (high) and e + 4 (low) of 16 keys, one vpermt2w from
  *        two rows of the panel: chain c = e % 4 still takes c, c + 4, ... in
@@ -1750,7 +1751,8 @@ static __attribute__((noinline)) void kvt_dot_any(int kv, struct kvrun r, const 
  *
  * A missing partner (a dimension past d, the row after the last) is a
  * zero times -0, which leaves any sum as it was. Per 2 dimensions (or rows)
- * and head this is one vdpbf16ps for two fmas and two conversions. */
+ * and head this is one vdpbf16ps where the f32 path runs two fmas (and its
+ * share of the conversions). */
 
 #define KVB_MAX_D 512 /* head sizes the bf16 q.K packs on the stack */
 
