@@ -239,14 +239,14 @@ void kern_attend_heads(enum dtype kv, const void *k, const void *v, size_t block
     CHECK(kv == DTYPE_F32 || kv == DTYPE_F16 || kv == DTYPE_BF16);
     CHECK(n > 0 && ld > 0 && lds >= n && d > 0 && n_heads > 0 && n_heads <= KERN_ATTEND_MAX_HEADS &&
           scale > 0);
-    if (kv == DTYPE_BF16) {
-        q = round_bf16_rows(KERN__SLOT_KVQ, q, (size_t)ldq, n_heads, d);
-        ldq = d;
-    }
-    if (ops()->attend_heads) { /* rounds its weights itself */
+    if (ops()->attend_heads) { /* rounds q and its weights itself */
         ops()->attend_heads(kv, k, v, block_stride, ids, ld, n, q, ldq, n_heads, d, scale, scores,
                             lds, out, ldo);
         return;
+    }
+    if (kv == DTYPE_BF16) {
+        q = round_bf16_rows(KERN__SLOT_KVQ, q, (size_t)ldq, n_heads, d);
+        ldq = d;
     }
     const size_t row = (size_t)d * dtype_info(kv)->type_size;
     for (int p0 = 0, i = 0; p0 < n; p0 += ld, i++)

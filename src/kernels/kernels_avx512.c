@@ -1841,22 +1841,28 @@ AI void kvb_dot16(const char *kt, size_t dim, __mmask16 m, const uint32_t *qp, i
     }
 }
 
-/* H <= KVH_DOT heads (q rounded to bf16, d <= KVB_MAX_D) over a run of
- * bf16 K panels */
+/* H <= KVH_DOT heads (d <= KVB_MAX_D; q rounded to bf16 here, as
+ * kern__round_bf16 does) over a run of bf16 K panels */
 static __attribute__((noinline)) void kvb_dot(struct kvrun r, const float *q, int ldq, int H, int d,
                                               float *out, int ldo)
 {
     uint32_t qp[KVH_DOT * KVB_MAX_D / 2];
+    uint16_t qb[KVB_MAX_D + 8];
     const int ldqp = (d + 7) / 8 * 4;
-    for (int h = 0; h < H; h++)
+    for (int h = 0; h < H; h++) {
+        for (int e = 0; e < d; e += 16) {
+            const __mmask16 m = d - e >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - e)) - 1);
+            _mm256_storeu_si256(
+                (__m256i *)(qb + e),
+                (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, q + (size_t)h * ldq + e)));
+        }
         for (int e0 = 0; e0 < d; e0 += 8)
             for (int c = 0; c < 4; c++) {
                 const int e = e0 + c;
-                const float *qh = q + (size_t)h * ldq;
-                uint32_t hi = e < d ? kern__f32_to_bf16(qh[e]) : 0x8000u;
-                uint32_t lo = e + 4 < d ? kern__f32_to_bf16(qh[e + 4]) : 0x8000u;
+                uint32_t hi = e < d ? qb[e] : 0x8000u, lo = e + 4 < d ? qb[e + 4] : 0x8000u;
                 qp[h * ldqp + e0 / 2 + c] = hi << 16 | lo;
             }
+    }
     const size_t dim = (size_t)r.bt * 2;
     for (int p0 = 0, i = 0; p0 < r.n; p0 += r.bt, i++) {
         const char *kt = r.base + (size_t)r.ids[i] * r.bstride;
@@ -2195,6 +2201,14 @@ static void attend_heads_avx512(enum dtype kv, const void *k, const void *v, siz
 {
     const size_t es = kv == DTYPE_F32 ? 4 : 2;
     const struct kvrun rk = {k, block_stride, ids, ld, n}, rv = {v, block_stride, ids, ld, n};
+    if (kv == DTYPE_BF16 && d > KVB_MAX_D) { /* the f32 path: round q here */
+        float *qr = kern__scratch(KERN__SLOT_KVQ, sizeof(float) * (size_t)n_heads * d);
+        for (int h = 0; h < n_heads; h++)
+            for (int i = 0; i < d; i++)
+                qr[(size_t)h * d + i] = kern__round_bf16(q[(size_t)h * ldq + i]);
+        q = qr;
+        ldq = d;
+    }
     kv_dot_run(kv, rk, q, ldq, n_heads, d, scores, lds);
     float total[KERN_ATTEND_MAX_HEADS];
     for (int h = 0; h < n_heads; h++)

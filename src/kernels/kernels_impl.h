@@ -64,7 +64,8 @@ struct kern__ops {
     /* kern_kv_accum_heads, n_rows > 0, n_heads > 0, d > 0; NULL: one kv_accum per head */
     void (*kv_accum_heads)(enum dtype kv, const void *v, size_t stride, int n_rows, const float *w,
                            int ldw, int n_heads, int d, float *out, int ldo);
-    /* kern_attend_heads, arguments checked, n > 0; NULL: the composition */
+    /* kern_attend_heads, arguments checked, n > 0; NULL: the composition.
+     * Over a bf16 cache q arrives as given: the op rounds it (kernels.h). */
     void (*attend_heads)(enum dtype kv, const void *k, const void *v, size_t block_stride,
                          const int32_t *ids, int ld, int n, const float *q, int ldq, int n_heads,
                          int d, float scale, float *scores, int lds, float *out, int ldo);

@@ -625,7 +625,7 @@ TEST(kv_heads_equal_single_head_calls)
 TEST(attend_heads_equals_per_block_calls)
 {
     struct rng r = {909};
-    static const int ds[] = {16, 64, 100};
+    static const int ds[] = {16, 64, 100, 520}; /* 520: past the bf16 kernel's packed q */
     static const int lds_[] = {15, 16, 32};
     static const int ns[] = {1, 15, 16, 17, 100, 300};
     static const int hs[] = {1, 3, 7, 8, 9, 14};
@@ -641,7 +641,7 @@ TEST(attend_heads_equals_per_block_calls)
                 int32_t ids[N_BLOCKS];
                 for (int i = 0; i < N_BLOCKS; i++)
                     ids[i] = (i * 7 + 3) % N_BLOCKS; /* a permutation */
-                float tmp[100];
+                float tmp[520];
                 for (int b = 0; b < N_BLOCKS; b++)
                     for (int j = 0; j < ld; j++) {
                         fill_normal(&r, tmp, d, 1.0f);
