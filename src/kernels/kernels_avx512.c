@@ -1734,8 +1734,8 @@ static __attribute__((noinline)) void kvt_dot_any(int kv, struct kvrun r, const 
 
 /* ---- bf16 caches: two products per lane and instruction ----
  *
- * q arrives rounded to bf16 (dispatch.c) and the weights are rounded as
- * they are packed (kvb_pack; vcvtneps2bf16 rounds as kern__round_bf16), so
+ * q and the weights are rounded to bf16 as they are packed (kvb_dot,
+ * kvb_pack; vcvtneps2bf16 rounds as kern__round_bf16), so
  * a vdpbf16ps lane, which adds its odd (high) product and then its even
  * one, each exact, rounding after each, is two steps of an f32 fma chain.
  * The pairs are arranged so the chains are kern_kv_dot's and
