@@ -28,6 +28,7 @@
  * Thread: pure function of its input.
  */
 #include "base/check.h"
+#include "grammar/dfa.h"
 #include "grammar/grammar_impl.h"
 
 #include <jansson.h>
@@ -869,31 +870,77 @@ static int gen_number(struct sc *s, json_t *node, const char *path)
 
 /* ---- strings ---- */
 
+/* The formats as regexes, each a subset of its RFC's language in which every
+ * string is valid (docs/grammar.md#formats says where they are narrower). */
+#define RX_DATE                                                                                    \
+    "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29|[0-9]{4}-" \
+    "(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-"   \
+    "(?:0[1-9]|1[0-9]|2[0-8]))"
+#define RX_FRAC "(?:\\.[0-9]{1,9})?"
+#define RX_TIME                                                                                    \
+    "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]" RX_FRAC                                           \
+    "(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+/* a leap second: 23:59:60 UTC only */
+#define RX_LEAP  "23:59:60" RX_FRAC "(?:[Zz]|[+-]00:00)"
+#define RX_OCTET "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+#define RX_IPV4  RX_OCTET "(?:\\." RX_OCTET "){3}"
+#define RX_H16   "[0-9A-Fa-f]{1,4}"
+#define RX_LS32  "(?:" RX_H16 ":" RX_H16 "|" RX_IPV4 ")"
+/* RFC 3986 IPv6address, alternative by alternative */
+#define RX_IPV6                                                                                    \
+    "(?:(?:" RX_H16 ":){6}" RX_LS32 "|::(?:" RX_H16 ":){5}" RX_LS32 "|(?:" RX_H16 ")?::(?:" RX_H16 \
+    ":){4}" RX_LS32 "|(?:(?:" RX_H16 ":)?" RX_H16 ")?::(?:" RX_H16 ":){3}" RX_LS32                 \
+    "|(?:(?:" RX_H16 ":){0,2}" RX_H16 ")?::(?:" RX_H16 ":){2}" RX_LS32 "|(?:(?:" RX_H16            \
+    ":){0,3}" RX_H16 ")?::" RX_H16 ":" RX_LS32 "|(?:(?:" RX_H16 ":){0,4}" RX_H16 ")?::" RX_LS32    \
+    "|(?:(?:" RX_H16 ":){0,5}" RX_H16 ")?::" RX_H16 "|(?:(?:" RX_H16 ":){0,6}" RX_H16 ")?::)"
+/* a DNS label of 1 .. n + 2 letters, digits and hyphens, no hyphen first or last */
+#define RX_LABEL(n) "[A-Za-z0-9](?:[A-Za-z0-9-]{0," #n "}[A-Za-z0-9])?"
+#define RX_ATEXT    "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
+/* RFC 3986 character classes: unreserved and sub-delims but '-' (last in
+ * each class below) */
+#define RX_URI_US "A-Za-z0-9._~!$&'()*+,;="
+#define RX_PCT    "%[0-9A-Fa-f]{2}"
+#define RX_PCHAR  "(?:[" RX_URI_US ":@-]|" RX_PCT ")"
+#define RX_AUTHORITY                                                                               \
+    "(?:(?:[" RX_URI_US ":-]|" RX_PCT ")*@)?(?:\\[(?:" RX_IPV6 "|[vV][0-9A-Fa-f]+\\.[" RX_URI_US   \
+    ":-]+)\\]|(?:[" RX_URI_US "-]|" RX_PCT ")*)(?::[0-9]*)?"
+
+static const struct {
+    const char *name;
+    const char *re;
+} FORMATS[] = {
+    {"date", "^(?:" RX_DATE ")$"},
+    {"time", "^(?:" RX_TIME "|" RX_LEAP ")$"},
+    {"date-time", "^(?:(?:" RX_DATE ")[Tt]" RX_TIME "|[0-9]{4}-(?:06-30|12-31)[Tt]" RX_LEAP ")$"},
+    {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
+    /* RFC 5321: a dot-atom local part of at most 64 characters; a domain of
+     * two labels of up to 63 characters, three of up to 63, 63, 61, or four
+     * of up to 46, so the address fits in 254 (a path's 256 less <>) */
+    {"email", "^(?=[^@]{1,64}@)" RX_ATEXT "+(?:\\." RX_ATEXT
+              "+)*@(?:" RX_LABEL(61) "\\." RX_LABEL(61) "(?:\\." RX_LABEL(59) ")?|" RX_LABEL(
+                  44) "\\." RX_LABEL(44) "\\." RX_LABEL(44) "\\." RX_LABEL(44) ")$"},
+    /* RFC 1123: one to four labels, at most 253 characters (a fourth label
+     * has at most 61) */
+    {"hostname",
+     "^" RX_LABEL(61) "(?:\\." RX_LABEL(61) "(?:\\." RX_LABEL(61) "(?:\\." RX_LABEL(59) ")?)?)?$"},
+    {"ipv4", "^" RX_IPV4 "$"},
+    {"ipv6", "^" RX_IPV6 "$"},
+    /* RFC 3986 URI: scheme ":" hier-part [ "?" query ] [ "#" fragment ] */
+    {"uri", "^[A-Za-z][A-Za-z0-9+.-]*:(?://" RX_AUTHORITY "(?:/" RX_PCHAR "*)*|/(?:" RX_PCHAR
+            "+(?:/" RX_PCHAR "*)*)?|" RX_PCHAR "+(?:/" RX_PCHAR "*)*)?(?:\\?(?:" RX_PCHAR
+            "|[/?])*)?(?:#(?:" RX_PCHAR "|[/?])*)?$"},
+};
+
 static const char *format_regex(const char *f)
 {
-    if (strcmp(f, "date") == 0)
-        return "^[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|"
-               "30)|02-(0[1-9]|1[0-9]|2[0-9]))$";
-    if (strcmp(f, "time") == 0)
-        return "^([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|"
-               "2[0-3]):[0-5][0-9])$";
-    if (strcmp(f, "date-time") == 0)
-        return "^[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|"
-               "30)|02-(0[1-9]|1[0-9]|2[0-9]))[Tt]([01][0-9]|2[0-3]):[0-5][0-9]"
-               ":([0-5][0-9]|60)(\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$";
-    if (strcmp(f, "uuid") == 0)
-        return "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
-    if (strcmp(f, "email") == 0)
-        /* dot-atom local part: an atom of 1..32 characters and up to two
-         * more of 1..16 (within RFC 5321's 64), @, 2..8 DNS labels; bounded
-         * so that generation ends */
-        return "^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,32}(\\.[A-Za-z0-9!#$%&'*+/"
-               "=?^_`{|}~-]{1,16}){0,2}@"
-               "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}"
-               "[A-Za-z0-9])?){1,7}$";
+    for (size_t i = 0; i < ARRAY_LEN(FORMATS); i++)
+        if (!strcmp(FORMATS[i].name, f)) return FORMATS[i].re;
     return NULL;
 }
 
+/* A string under pattern, format and length bounds: the regex's rules when
+ * it is alone and has no lookahead (bounded repetitions keep their shared
+ * mask tables), else the minimal DFA of the intersection (dfa.c). */
 static int gen_string(struct sc *s, json_t *node, const char *path)
 {
     json_t *mn = json_object_get(node, "minLength"), *mx = json_object_get(node, "maxLength");
@@ -914,42 +961,73 @@ static int gen_string(struct sc *s, json_t *node, const char *path)
     if (min > GRAMMAR_MAX_REPEAT || max > GRAMMAR_MAX_REPEAT)
         return fail_kw(s, path, min > GRAMMAR_MAX_REPEAT ? "minLength" : "maxLength",
                        "length bounds above 1000 are not supported");
-    const char *re = NULL;
-    const char *which = NULL;
+    if (max != GRAMMAR_INF && max < min) return grammar__rule(s->b, "empty"); /* no strings */
+    const char *fre = NULL;
     if (fmt) {
         if (!json_is_string(fmt)) return fail_kw(s, path, "format", "must be a string");
-        re = format_regex(json_string_value(fmt));
-        if (!re)
+        fre = format_regex(json_string_value(fmt));
+        if (!fre)
             return fail_kw(s, path, "format",
-                           "unsupported format (date, time, date-time, uuid, email)");
-        which = "format";
+                           "unsupported format (date, time, date-time, uuid, email, hostname, "
+                           "ipv4, ipv6, uri)");
+    }
+    if (pat && !json_is_string(pat)) return fail_kw(s, path, "pattern", "must be a string");
+    if (!fre && !pat) {
+        if (min == 0 && max == GRAMMAR_INF) {
+            if (s->string < 0) s->string = string_rule(s, 0, GRAMMAR_INF);
+            return s->string;
+        }
+        return string_rule(s, (int)min, (int)max);
+    }
+    struct grammar_rx rx[2];
+    struct grammar_lang_part parts[2];
+    int n = 0, rc = 0;
+    struct err_msg m2;
+    if (fre) {
+        rc = grammar__rx_parse(&rx[n], fre, strlen(fre), &m2);
+        CHECK(rc == 0); /* our own regexes */
+        parts[n] = (struct grammar_lang_part){.rx = &rx[n], .search = true};
+        n++;
     }
     if (pat) {
-        if (!json_is_string(pat)) return fail_kw(s, path, "pattern", "must be a string");
-        if (re) return fail_kw(s, path, "pattern", "pattern together with format is not supported");
-        re = json_string_value(pat);
-        which = "pattern";
+        const char *p = json_string_value(pat);
+        rc = grammar__rx_parse(&rx[n], p, json_string_length(pat), &m2);
+        if (rc) {
+            rc = err_set(s->msg, rc, "json schema: %s/pattern: %s", path, m2.text);
+            goto out;
+        }
+        parts[n] = (struct grammar_lang_part){.rx = &rx[n], .search = true};
+        n++;
     }
-    if (re) {
-        if (mn || mx)
-            return fail_kw(s, path, mn ? "minLength" : "maxLength",
-                           "length bounds together with pattern/format are not supported");
-        struct err_msg m2;
-        int body = grammar__regex_build(s->b, re, strlen(re), true, true, &m2);
-        if (body < 0) return err_set(s->msg, body, "json schema: %s/%s: %s", path, which, m2.text);
-        int r = helper(s, "pattern-string");
-        grammar__alt(s->b, r);
-        lit(s, r, "\"");
-        grammar__ref(s->b, r, body);
-        lit(s, r, "\"");
-        return r;
+    int body;
+    if (n == 1 && !mn && !mx && !rx[0].has_look) {
+        body = grammar__rx_emit(s->b, &rx[0], true, true);
+    } else {
+        body = grammar__lang_build(s->b, parts, n, (int)min, (int)max, true, &m2);
+        if (body < 0) {
+            rc = err_set(s->msg, body, "json schema: %s/%s: %s (%s%s%s)", path,
+                         pat ? "pattern" : "format", m2.text,
+                         pat && fre ? "pattern and format"
+                         : pat      ? "pattern"
+                                    : "format",
+                         mn || mx ? " with " : "",
+                         mn && mx ? "minLength and maxLength"
+                         : mn     ? "minLength"
+                         : mx     ? "maxLength"
+                                  : "");
+            goto out;
+        }
     }
-    if (min == 0 && max == GRAMMAR_INF) {
-        if (s->string < 0) s->string = string_rule(s, 0, GRAMMAR_INF);
-        return s->string;
-    }
-    if (max != GRAMMAR_INF && max < min) return grammar__rule(s->b, "empty"); /* no strings */
-    return string_rule(s, (int)min, (int)max);
+    int r = helper(s, "pattern-string");
+    grammar__alt(s->b, r);
+    lit(s, r, "\"");
+    grammar__ref(s->b, r, body);
+    lit(s, r, "\"");
+    rc = r;
+out:
+    for (int i = 0; i < n; i++)
+        grammar__rx_release(&rx[i]);
+    return rc;
 }
 
 /* ---- arrays ---- */

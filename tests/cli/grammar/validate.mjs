@@ -2,7 +2,8 @@
 // generation finished with "stop", parses as JSON and validates against the
 // schema (ajv, JSON Schema 2020-12). ajv-formats is not installed, so the
 // formats the grammar supports are checked here by their definitions (dates
-// also by month length; Feb 29 is accepted in any year, as by the grammar).
+// also by month length; Feb 29 is accepted in any year, where the grammar is
+// stricter).
 import { readFileSync } from "node:fs";
 import Ajv2020 from "ajv/dist/2020.js";
 

@@ -151,7 +151,13 @@ TEST(regex_dialect)
     EXPECT_EQ_INT(match(GRAMMAR_REGEX, "[-a]+", "-a-"), 1);
     EXPECT_EQ_INT(match(GRAMMAR_REGEX, "\\.\\*\\$", ".*$"), 1);
     EXPECT(compile_error(GRAMMAR_REGEX, "(a)\\1", "backreferences"));
-    EXPECT(compile_error(GRAMMAR_REGEX, "a(?=b)", "lookaround"));
+    EXPECT_EQ_INT(match(GRAMMAR_REGEX, "a(?=b)[a-z]", "ab"), 1);
+    EXPECT_EQ_INT(match(GRAMMAR_REGEX, "a(?!b)[a-z]", "ab"), 0);
+    EXPECT_EQ_INT(match(GRAMMAR_REGEX, "(a$|b)c?", "bc"), 1);
+    EXPECT_EQ_INT(match(GRAMMAR_REGEX, "(a$|b)c?", "ac"), 0);
+    EXPECT(compile_error(GRAMMAR_REGEX, "a(?=b)", "matches no input"));
+    EXPECT(compile_error(GRAMMAR_REGEX, "(?<=a)b",
+                         "lookbehind assertions are not supported at offset 0"));
     EXPECT(compile_error(GRAMMAR_REGEX, "\\bword", "word boundary"));
     EXPECT(compile_error(GRAMMAR_REGEX, "a(^b)", "anchors"));
     EXPECT(compile_error(GRAMMAR_REGEX, "(a", "expected ')'"));
@@ -350,7 +356,7 @@ TEST(schema_errors)
     EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"patternProperties\":{}}", "#/patternProperties"));
     EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"type\":\"strin\"}", "unknown type"));
     EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"$ref\":\"http://x/y\"}", "$ref"));
-    EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"format\":\"hostname\"}", "unsupported format"));
+    EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"format\":\"idn-email\"}", "unsupported format"));
     EXPECT(
         compile_error(GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"(\"}", "#/pattern"));
     EXPECT(compile_error(GRAMMAR_JSON_SCHEMA, "{\"multipleOf\":2.5}", "#/multipleOf"));
@@ -594,6 +600,11 @@ TEST(masks_equal_brute_force)
     mask_vs_brute(GRAMMAR_REGEX, "[0-9]{4}-[0-9]{2}-[0-9]{2}(T[0-9]{2}:)?", 20, 20);
     mask_vs_brute(GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"^[\\u00e9a]{1,8}$\"}",
                   20, 20);
+    /* format and pattern at once: the rules of a minimal DFA */
+    mask_vs_brute(GRAMMAR_JSON_SCHEMA,
+                  "{\"type\":\"string\",\"format\":\"email\",\"maxLength\":20,"
+                  "\"pattern\":\"^(?!\\\\.)(?!.*\\\\.\\\\.)[a-z.]+@[a-z]+\\\\.[a-z]{2,}$\"}",
+                  20, 30);
 }
 
 /* A larger vocabulary for the table shortcuts that need many tokens: runs
