@@ -8,10 +8,11 @@
  *
  *   regex trees (regex.h) ──> NFAs (Thompson) ──> product subset construction
  *        lookahead bodies ──> their own DFAs      │ (threads carry lookahead
- *        length bounds    ──> a counting DFA      │  obligations)
+ *                                                 v  obligations)
+ *                  Hopcroft minimization ──> × a character count (length
+ *                                                 │ bounds), minimized again
  *                                                 v
- *                                 Hopcroft minimization ──> rules:
- *                                   q ::= [chars] q' | ... | ""  (q accepting)
+ *                       rules: q ::= [chars] q' | ... | ""  (q accepting)
  *
  * Alphabet. Every character set of every regex is cut into classes: maximal
  * sets of code points that no set tells apart (surrogates are in none, they
@@ -26,8 +27,7 @@
  * thread accepts at the end when its NFA state is final and every DFA it owes
  * accepts. A lookahead's DFA is that of X·Σ* (X matches a prefix of the rest;
  * X's own `$` is an inner lookahead "nothing follows"), complemented for
- * (?!X). Lookaheads nest: a body's DFA is built by the same construction. The
- * length bounds are a counting DFA owed by the first part from the start.
+ * (?!X). Lookaheads nest: a body's DFA is built by the same construction.
  *
  * Discharging by length. A bounded format (hostname: at most 253 characters
  * in its own structure) met with a counting lookahead (zod's (?=.{1,253}$))
@@ -37,11 +37,16 @@
  * can still read; an owed DFA in state q that accepts every string over S of
  * length up to Lmax can never fail, so it is discharged. U(q, S), the
  * largest such length, is the distance from q to a rejecting state over S,
- * minus one (a breadth-first search on the reversed DFA, cached per S). The
- * same rule drops maxLength where the format is shorter anyway.
+ * minus one (a breadth-first search on the reversed DFA, cached per S).
  *
- * Budget: GRAMMAR_DFA_MAX_STATES states over all the DFAs built (before
- * minimization), DFA_MAX_NFA NFA states; beyond either, ERR_INVALID.
+ * Length bounds. minLength/maxLength multiply the minimal DFA by a count of
+ * characters (dfa_count): a table walk per state, no threads. A state stops
+ * counting once the minimum is reached and its longest string to acceptance
+ * cannot pass the maximum, so maxLength beside a shorter format is free.
+ *
+ * Budget: GRAMMAR_DFA_MAX_STATES states over all the DFAs of the subset
+ * construction (before minimization), GRAMMAR_DFA_MAX_COUNTED of the length
+ * product, DFA_MAX_NFA NFA states; beyond any, ERR_INVALID.
  *
  * References: Thompson's construction and the subset construction (Aho,
  * Sethi, Ullman); Hopcroft's minimization (1971), in the splitter-block form
@@ -97,8 +102,9 @@ static int intern_n(const struct intern *t)
 
 static const int32_t *intern_key(const struct intern *t, int id, int *len)
 {
+    static const int32_t none[1];
     *len = t->off.v[id + 1] - t->off.v[id];
-    return t->pool.v + t->off.v[id];
+    return t->pool.v ? t->pool.v + t->off.v[id] : none;
 }
 
 static uint64_t hash_ints(const int32_t *k, int n)
@@ -1145,19 +1151,16 @@ static int det_state(struct det *dt)
 }
 
 /* The partial DFA (start 0) of the intersection of the NFAs starts[i] ->
- * finals, the first owing lookahead init_look from the start (-1: none). */
-static int determinize(struct ctx *x, const int *starts, int n_comps, int init_look,
-                       struct dfa *out)
+ * their finals. */
+static int determinize(struct ctx *x, const int *starts, int n_comps, struct dfa *out)
 {
     struct det dt = {.x = x, .n_comps = n_comps};
     dt.next = xcalloc((size_t)n_comps, sizeof(struct ivec));
     dt.sbuf = xmalloc(sizeof(uint64_t) * 2 * (size_t)x->w);
     int rc = 0;
     for (int c = 0; c < n_comps; c++) {
-        int o = 0;
-        if (c == 0 && init_look >= 0) o = oset_add(x, 0, init_look, 0);
         pset_clear(&dt.seen);
-        if (o != DFA_DEAD) closure(&dt, starts[c], o, &dt.next[c]);
+        closure(&dt, starts[c], 0, &dt.next[c]);
     }
     int s0 = det_state(&dt);
     if (x->err) goto done;
@@ -1239,22 +1242,101 @@ static void look_end(struct ctx *x)
     look_finish(x, l, &d, false);
 }
 
-/* Length bounds: count characters up to max (or min, then loop). */
-static int look_length(struct ctx *x, int min, int max)
+/* ---- length bounds ---- */
+
+/* Longest string from each state to acceptance in the complete DFA d
+ * (-1: none, DFA_INF: through a cycle), by Kahn's order on the live part:
+ * a state is done once every live successor is. */
+static void dfa_longest(const struct dfa *d, int k, const uint8_t *live, const int32_t *off,
+                        const int32_t *rev, int32_t *lm)
 {
-    struct look *l = look_new(x, -1, -1);
-    int top = max == GRAMMAR_INF ? min : max;
-    struct dfa d = {.n = top + 1};
-    d.trans = xmalloc(sizeof(int32_t) * (size_t)d.n * (size_t)x->k);
-    d.acc = xmalloc((size_t)d.n);
-    for (int q = 0; q <= top; q++) {
-        d.acc[q] = q >= min;
-        for (int c = 0; c < x->k; c++)
-            d.trans[(size_t)q * x->k + c] = q < top ? q + 1 : max == GRAMMAR_INF ? q : -1;
+    int n = d->n;
+    int32_t *deg = xcalloc((size_t)n, sizeof(int32_t)), *q = xmalloc(sizeof(int32_t) * (size_t)n);
+    int qh = 0, qt = 0;
+    for (int s = 0; s < n; s++) {
+        lm[s] = live[s] && d->acc[s] ? 0 : -1;
+        if (!live[s]) continue;
+        for (int c = 0; c < k; c++)
+            deg[s] += live[d->trans[(size_t)s * k + c]];
+        if (!deg[s]) q[qt++] = s;
     }
-    x->n_states_built += d.n;
-    look_finish(x, l, &d, false);
-    return (int)(l - x->looks);
+    while (qh < qt) {
+        int t = q[qh++];
+        for (int r = off[t]; r < off[t + 1]; r++) {
+            int p = rev[r] / k;
+            if (!live[p]) continue;
+            if (lm[t] >= 0) lm[p] = MAX(lm[p], lm[t] + 1);
+            if (--deg[p] == 0) q[qt++] = p;
+        }
+    }
+    for (int s = 0; s < n; s++)
+        if (live[s] && deg[s]) lm[s] = DFA_INF;
+    free(deg);
+    free(q);
+}
+
+/* The product of the complete minimal DFA d with a character count for
+ * min..max (max GRAMMAR_INF: none). A state (q, c) forgets its count (c
+ * becomes "free") once c >= min and no string from q can pass max, so a
+ * format shorter than maxLength costs no states. At most
+ * GRAMMAR_DFA_MAX_COUNTED states, else ERR_INVALID. */
+static int dfa_count(struct ctx *x, const struct dfa *d, int min, int max, struct dfa *out)
+{
+    int k = x->k, n = d->n, rc = 0;
+    int32_t *off, *rev;
+    dfa_reverse(d, k, &off, &rev);
+    uint8_t *live = xmalloc((size_t)n);
+    int32_t *lm = xmalloc(sizeof(int32_t) * (size_t)n);
+    dfa_can_reach(d, k, off, rev, true, live);
+    dfa_longest(d, k, live, off, rev, lm);
+    free(off);
+    free(rev);
+    const int32_t FREE = -1;
+    struct intern ids = {0};
+    struct dfa o = {0};
+    int cap = 0;
+    int32_t key[2] = {0, 0};
+    if (min == 0 && (lm[0] != DFA_INF && lm[0] <= max)) key[1] = FREE;
+    intern_get(&ids, key, 2, NULL);
+    for (int st = 0; st < intern_n(&ids); st++) {
+        int len;
+        const int32_t *kk = intern_key(&ids, st, &len);
+        int q = kk[0], c = kk[1];
+        if (st >= cap) {
+            cap = cap ? 2 * cap : 64;
+            o.trans = xrealloc(o.trans, sizeof(int32_t) * (size_t)cap * (size_t)k);
+            o.acc = xrealloc(o.acc, (size_t)cap);
+        }
+        o.n = st + 1;
+        o.acc[st] = d->acc[q] && (c == FREE || c >= min);
+        for (int ch = 0; ch < k; ch++) {
+            int t = d->trans[(size_t)q * k + ch], c2 = c == FREE ? FREE : c + 1;
+            o.trans[(size_t)st * k + ch] = -1;
+            if (!live[t] || (c2 != FREE && max != GRAMMAR_INF && c2 > max)) continue;
+            if (c2 != FREE && c2 >= min &&
+                (max == GRAMMAR_INF || (lm[t] != DFA_INF && c2 + lm[t] <= max)))
+                c2 = FREE;
+            int32_t nk[2] = {t, c2};
+            int id = intern_get(&ids, nk, 2, NULL);
+            if (id >= GRAMMAR_DFA_MAX_COUNTED) {
+                rc = err_set(x->msg, ERR_INVALID,
+                             "the length bounds need more than %d automaton states",
+                             GRAMMAR_DFA_MAX_COUNTED);
+                goto out;
+            }
+            o.trans[(size_t)st * k + ch] = id;
+        }
+    }
+out:
+    intern_release(&ids);
+    free(live);
+    free(lm);
+    if (rc) {
+        dfa_release(&o);
+        return rc;
+    }
+    *out = o;
+    return 0;
 }
 
 /* ---- emission ---- */
@@ -1429,8 +1511,6 @@ int grammar__lang_build(struct grammar_builder *b, const struct grammar_lang_par
     for (int i = 0; i < n_nodes; i++)
         x.look_of[i] = -1;
     look_end(&x);
-    int len_look = -1;
-    if (min_len > 0 || max_len != GRAMMAR_INF) len_look = look_length(&x, min_len, max_len);
 
     int *starts = xmalloc(sizeof(int) * (size_t)n_parts);
     for (int p = 0; p < n_parts && !x.err; p++) {
@@ -1464,14 +1544,23 @@ int grammar__lang_build(struct grammar_builder *b, const struct grammar_lang_par
         struct look *l = &x.looks[pd->look];
         bool negate = parts[l->rx].rx->nodes[l->node].negate;
         struct dfa ld;
-        rc = determinize(&x, &pd->start, 1, -1, &ld);
+        rc = determinize(&x, &pd->start, 1, &ld);
         if (rc) goto out;
         look_finish(&x, &x.looks[pd->look], &ld, negate);
     }
-    rc = determinize(&x, starts, n_parts, len_look, &d);
+    rc = determinize(&x, starts, n_parts, &d);
     if (rc) goto out;
     dfa_complete(&d, x.k);
     dfa_minimize(&d, x.k);
+    if (min_len > 0 || max_len != GRAMMAR_INF) {
+        struct dfa dc;
+        rc = dfa_count(&x, &d, min_len, max_len, &dc);
+        if (rc) goto out;
+        dfa_release(&d);
+        d = dc;
+        dfa_complete(&d, x.k);
+        dfa_minimize(&d, x.k);
+    }
     rc = dfa_emit(&x, b, &d, json);
 out:
     dfa_release(&d);

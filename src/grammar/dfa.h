@@ -15,6 +15,9 @@
 /* Most DFA states the construction may create (the product of the parts
  * before minimization, lookahead automata included). */
 #define GRAMMAR_DFA_MAX_STATES 4096
+/* Most states of that DFA's product with a character count (length
+ * bounds), a cheap table walk per state. */
+#define GRAMMAR_DFA_MAX_COUNTED 16384
 
 struct grammar_lang_part {
     const struct grammar_rx *rx; /* parsed regex */
@@ -26,9 +29,10 @@ struct grammar_lang_part {
  * language whose length in code points is in [min_len, max_len] (max_len
  * GRAMMAR_INF: unbounded). json: each character in JSON string spelling
  * (regex.c), without the quotes. Returns the rule, or ERR_INVALID when the
- * automaton would need more than GRAMMAR_DFA_MAX_STATES states ("needs more
- * than 4096 automaton states") or the regexes more NFA states than the
- * construction allows. An empty language gives a rule without alternatives
+ * automaton would need more than GRAMMAR_DFA_MAX_STATES states ("the
+ * automaton needs more than 4096 states"), its product with the length
+ * bounds more than GRAMMAR_DFA_MAX_COUNTED, or the regexes more NFA states
+ * than the construction allows. An empty language gives a rule without alternatives
  * (the builder drops what refers to it). */
 int grammar__lang_build(struct grammar_builder *b, const struct grammar_lang_part *parts,
                         int n_parts, int min_len, int max_len, bool json, struct err_msg *msg);

@@ -110,7 +110,7 @@ static int chars_node(struct rx *p, size_t offset)
     }
     int n = grammar__ranges_normalize(p->cls, p->cls_n);
     x->sets[x->n_sets] = xmalloc(sizeof(struct grammar_cprange) * (size_t)(n ? n : 1));
-    memcpy(x->sets[x->n_sets], p->cls, sizeof(struct grammar_cprange) * (size_t)n);
+    if (n) memcpy(x->sets[x->n_sets], p->cls, sizeof(struct grammar_cprange) * (size_t)n);
     x->set_n[x->n_sets] = n;
     int nd = node_new(p, GRAMMAR_RX_CHARS, offset);
     x->nodes[nd].set = x->n_sets++;

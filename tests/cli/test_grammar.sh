@@ -2,7 +2,7 @@
 # test_grammar.sh - structured output end to end on a random-weight model.
 #
 # A random model gives random text, which makes the constraint a hard test:
-# for each of the schemas in tests/cli/grammar/schemas/ (38), `inferd grammar
+# for each of the schemas in tests/cli/grammar/schemas/ (41), `inferd grammar
 # gen` runs N constrained generations through the engine with random
 # sampling, and every one must finish with "stop", parse as JSON and validate
 # against its schema (ajv, tests/cli/grammar/validate.mjs). Also: `inferd
