@@ -187,7 +187,7 @@ struct nedge {
 /* A lookahead: the complete minimal DFA of its language (X·Σ*, or its
  * complement for (?!X); "the empty string" for an inner `$`). */
 struct look {
-    int rx, node;       /* its regex and LOOK node (-1 for `$` and the length bound) */
+    int rx, node;       /* its part and LOOK node (-1 for `$`) */
     struct dfa d;       /* complete, start 0 */
     uint8_t *dead;      /* (d.n) no accepting state reachable */
     uint8_t *univ;      /* (d.n) no rejecting state reachable: accepts everything */
