@@ -836,6 +836,23 @@ TEST(formats_with_length_bounds)
     g = compile_schema("{\"type\":\"string\",\"format\":\"uuid\",\"maxLength\":35}", &m);
     EXPECT(g == NULL); /* no uuid is that short: nothing matches the root */
     if (g) grammar_unref(g);
+    /* the count is of decoded characters: an escape is one, a raw 2-byte
+     * UTF-8 character is one */
+    g = compile_schema("{\"type\":\"string\",\"pattern\":\"^[^a]*$\",\"maxLength\":2}", &m);
+    EXPECT(g && accepts(g, "\"\\\"\\n\"", 6) && accepts(g, "\"\\u0001\xc3\xa9\"", 10) &&
+           accepts(g, "\"\xc3\xa9\xc3\xa9\"", 6) && !accepts(g, "\"\xc3\xa9\xc3\xa9x\"", 7) &&
+           !accepts(g, "\"ab\"", 4) && !accepts(g, "\"\n\"", 3));
+    if (g) grammar_unref(g);
+    /* an unbounded format under maxLength: the minimal DFA times a count */
+    g = compile_schema("{\"type\":\"string\",\"format\":\"uri\",\"maxLength\":20}", &m);
+    EXPECT(g && accepts_str(g, "http://a.example/b?c", 20) &&
+           !accepts_str(g, "http://a.example/b?cd", 21) && accepts_str(g, "x:", 2));
+    if (g) grammar_unref(g);
+    struct grammar *g2 = NULL;
+    const char *big = "{\"type\":\"string\",\"format\":\"uri\",\"maxLength\":1000}";
+    EXPECT(grammar_compile(GRAMMAR_JSON_SCHEMA, big, strlen(big), &g2, &m) == ERR_INVALID);
+    EXPECT(strstr(m.text, "#/format") && strstr(m.text, "length bounds need more than") &&
+           strstr(m.text, "maxLength"));
     g = compile_schema(
         "{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"minLength\":2,\"maxLength\":4}", &m);
     EXPECT(g && !accepts_str(g, "a", 1) && accepts_str(g, "ab", 2) && accepts_str(g, "abcd", 4) &&
