@@ -966,10 +966,14 @@ static int gen_string(struct sc *s, json_t *node, const char *path)
     if (fmt) {
         if (!json_is_string(fmt)) return fail_kw(s, path, "format", "must be a string");
         fre = format_regex(json_string_value(fmt));
-        if (!fre)
+        /* An unknown format next to a pattern (zod's cuid, ulid, nanoid,
+         * base64, e164, ... always come with one): the pattern alone
+         * constrains, as JSON Schema treats format as an annotation. Alone,
+         * an unknown format could let anything through: refused. */
+        if (!fre && !(pat && json_is_string(pat)))
             return fail_kw(s, path, "format",
                            "unsupported format (date, time, date-time, uuid, email, hostname, "
-                           "ipv4, ipv6, uri)");
+                           "ipv4, ipv6, uri; any other only together with a pattern)");
     }
     if (pat && !json_is_string(pat)) return fail_kw(s, path, "pattern", "must be a string");
     if (!fre && !pat) {
