@@ -530,7 +530,11 @@ int cmd_model_info(int argc, char **argv)
     int argi;
     enum cmd_opt_result r = cmd_opt_parse(&spec, argc, argv, &argi);
     if (r != CMD_OPT_OK) return cmd_opt_exit(r);
-    if (argc - argi != 1) return cmd_usage_error(&spec, "give one model FILE");
+    if (argc - argi != 1) {
+        fprintf(stderr, "inferd model info: give one model FILE\n");
+        cmd_opt_usage(&spec, stderr);
+        return CMD_EXIT_USAGE;
+    }
     const char *path = argv[argi];
     struct gguf_file *f;
     struct err_msg m = {{0}};
