@@ -18,7 +18,9 @@
  * Requests on one connection are answered in order, one at a time: bytes of
  * a pipelined next request are read (within the header bound) but parsed
  * only once the current answer is complete. A request is handed over whole
- * (head and body).
+ * (head and body). The rules the layer enforces (RFC 9112 framing, limits,
+ * deadlines, caps) are in http_parse.c, http_conn.c and http_server.c, and
+ * in docs/architecture.md section 8.
  *
  * Ownership: a `struct http_request` belongs to the owner from on_request
  * until the owner finishes it (http_respond or http_stream_end). It stays
@@ -27,7 +29,11 @@
  * finished exactly once.
  *
  * Thread: everything here runs on, and must be called from, the loop thread
- * of the event_base given to http_server_new.
+ * of the event_base given to http_server_new. The owner's hooks may call any
+ * request function and http_server_drain, but not http_server_free.
+ *
+ * Signals: a write to a reset socket raises SIGPIPE; http_server_new sets it
+ * to SIG_IGN if it is still SIG_DFL.
  */
 #ifndef INFERD_NET_HTTP_H
 #define INFERD_NET_HTTP_H
@@ -46,7 +52,8 @@ struct http_request;
 struct http_config {
     const char *host;         /* listen address */
     int port;                 /* listen port (0: any free port; http_server_port says which) */
-    int max_conns;            /* open connections; beyond: 503 and close */
+    int max_conns;            /* open connections; beyond: 503 and close (also the most refused
+                                 connections being closed at once) */
     int max_conns_per_client; /* open connections from one address; beyond: 429 and close */
     size_t max_header_bytes;  /* request line + headers; beyond: 431 */
     size_t max_body_bytes;    /* body; beyond: 413 (before reading it when announced) */
@@ -54,7 +61,8 @@ struct http_config {
     int body_timeout_ms;      /* the whole body must arrive within this, from the head's end */
     int idle_timeout_ms;      /* keep-alive: a connection with no request in progress closes */
     int write_timeout_ms;     /* queued output making no progress this long: the client is gone */
-    size_t out_high_water;    /* queued output bytes from which http_blocked says true */
+    size_t out_high_water;    /* queued output bytes from which http_blocked says true; a
+                                 pipelined request waits while output is above it */
 };
 
 /* Fills the defaults: 127.0.0.1:8080, 4096 connections, 64 per client, 64 KiB
@@ -68,18 +76,21 @@ struct http_hooks {
     /* A whole request arrived. */
     void (*on_request)(struct http_request *req, void *arg);
     /* Fills out with the JSON body for an error the layer answers itself (a
-     * malformed request, a limit, a timeout), in the schema the path's API
-     * uses; status is the HTTP status, message says what was wrong. NULL:
-     * {"error":{"message":...,"type":"invalid_request_error"}}. */
+     * malformed request, a limit, a timeout, a cap), in the schema the path's
+     * API uses; path is "" while the request target is not known (a cap, a
+     * malformed request line); status is the HTTP status, message says what
+     * was wrong. NULL: {"error":{"message":...,"type":"invalid_request_error"}}. */
     void (*error_body)(const char *path, int status, const char *message, struct buf *out,
                        void *arg);
-    /* One line for the log, every refusal by the layer (status and why). */
+    /* One line for the log, every refusal by the layer (status and why);
+     * request_id is the one its answer carries. */
     void (*on_refusal)(const char *peer, const char *request_id, int status, const char *why,
                        void *arg);
 };
 
-/* Binds and listens. Returns 0, or an error (-EADDRINUSE, ...) with msg set.
- * The config is copied; the hooks struct must outlive the server. */
+/* Binds and listens. Returns 0, or an error (-EADDRINUSE, ERR_INVALID for a
+ * bad config or address, ...) with msg set. The config is copied (host is
+ * read here only); the hooks struct must outlive the server. */
 int http_server_new(struct event_base *base, const struct http_config *cfg,
                     const struct http_hooks *hooks, struct http_server **out, struct err_msg *msg);
 /* The port actually bound. */
@@ -87,11 +98,12 @@ int http_server_port(const struct http_server *s);
 /* Stops accepting; idle keep-alive connections close at once, busy ones after
  * their answer (no keep-alive from now on). */
 void http_server_drain(struct http_server *s);
-/* Connections open now, and requests handed over and not yet finished. */
+/* Connections open now (refused ones still closing included), and requests
+ * handed over and not yet finished. */
 int http_server_n_conns(const struct http_server *s);
 int http_server_n_requests(const struct http_server *s);
 /* Closes every connection. Requests not yet finished must not be used after
- * this; their on_gone hooks run first. */
+ * this; their on_gone hooks run first (and may finish them). */
 void http_server_free(struct http_server *s);
 
 /* --------------------------------------------------------- the request */
@@ -107,12 +119,14 @@ bool http_is_head(const struct http_request *req);
 const char *http_header(const struct http_request *req, const char *name);
 /* The body (NUL-terminated for convenience; len is authoritative). */
 const char *http_body(const struct http_request *req, size_t *len);
-/* The request id: the client's x-request-id when it is 1..128 printable
- * bytes, else a fresh one. Every response carries it as x-request-id. */
+/* The request id: the client's x-request-id when it is 1..128 visible ASCII
+ * bytes (0x21..0x7e), else a fresh one (32 hex digits from getrandom). Every
+ * response carries it as x-request-id. */
 const char *http_request_id(const struct http_request *req);
 /* The client's address as text ("127.0.0.1"). */
 const char *http_peer(const struct http_request *req);
-/* Nanoseconds (time_now_ns) when the head's first byte arrived. */
+/* Nanoseconds (time_now_ns) when the head's first byte arrived (for a
+ * pipelined request: when its turn came, as its bytes waited unread). */
 uint64_t http_t_start_ns(const struct http_request *req);
 
 /* Hooks for one request, set by the owner; arg is theirs.
@@ -121,7 +135,7 @@ uint64_t http_t_start_ns(const struct http_request *req);
  *             client that only shut down its write side after sending the
  *             request is not gone: it still gets its answer.
  *   on_drain  queued output fell below half the high-water mark after
- *             http_blocked said true. */
+ *             reaching it (when http_blocked would have said true). */
 void http_set_hooks(struct http_request *req, void (*on_gone)(struct http_request *, void *),
                     void (*on_drain)(struct http_request *, void *), void *arg);
 bool http_gone(const struct http_request *req);
@@ -129,19 +143,24 @@ bool http_gone(const struct http_request *req);
 /* ---------------------------------------------------------- the answer */
 
 /* Adds a response header (before the answer starts). Content-Length,
- * Transfer-Encoding, Connection, Date and x-request-id are the layer's. */
+ * Transfer-Encoding, Connection, Date and x-request-id are the layer's; a
+ * name that is one of them or not a token, or a value with CR, LF or other
+ * control bytes, is dropped with a warning. */
 void http_add_header(struct http_request *req, const char *name, const char *value);
-/* The whole answer; finishes the request. HEAD: the headers only. */
+/* The whole answer (status 200..999; Content-Length added, except for 204;
+ * no body for 204 and 304); finishes the request. HEAD: the headers only,
+ * with the Content-Length the body would have. */
 void http_respond(struct http_request *req, int status, const char *content_type, const void *body,
                   size_t len);
 /* A streamed answer: status line and headers now (chunked for HTTP/1.1,
  * close-delimited for 1.0), then any number of writes, then the end, which
  * finishes the request. Writes are queued whatever http_blocked says; the
- * owner is expected to stop producing while it is true. */
+ * owner is expected to stop producing while it is true. HEAD: the headers a
+ * GET gets, and no body (writes are dropped). */
 void http_stream_start(struct http_request *req, int status, const char *content_type);
 void http_stream_write(struct http_request *req, const void *data, size_t len);
 void http_stream_end(struct http_request *req);
-/* Queued output is at or above the high-water mark. */
+/* Queued output is at or above the high-water mark (false once gone). */
 bool http_blocked(const struct http_request *req);
 
 /* Reason phrase of a status ("Not Found"). */

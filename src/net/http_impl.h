@@ -197,10 +197,12 @@ struct http_server {
     struct http__peer **peers;       /* (peer_mask + 1) buckets */
     uint32_t peer_mask;              /* buckets - 1 (a power of two minus one) */
     /* Accept back-off when the process is out of descriptors or memory. */
-    struct event *accept_retry; /* re-enables the listener */
-    int accept_retry_ms;        /* the next delay: 100 ms doubling to 1 s */
-    uint64_t accept_paused_ns;  /* start of the current episode, 0: none */
-    int accept_failures;        /* failed attempts in the current episode */
+    struct event *accept_retry;  /* re-enables the listener */
+    int accept_retry_ms;         /* the next delay: 100 ms doubling to 1 s */
+    uint64_t accept_paused_ns;   /* start of the current episode, 0: none */
+    int accept_failures;         /* failed attempts in the current episode */
+    bool accept_failed_again;    /* an accept failed after the last success (the episode goes on) */
+    struct event *accept_settle; /* after a round of accepts: did the episode end? */
     /* The Date header, formatted once per second. */
     long date_sec;      /* the second date_text is for */
     char date_text[32]; /* IMF-fixdate */
