@@ -57,7 +57,8 @@ static void request_check(const struct http__parse *p, struct buf *t)
         const struct http__field *f = &p->fields[i];
         if (f->merged) continue;
         CHECK(f->name_len > 0 && strlen(f->name) == f->name_len);
-        for (size_t k = 0; k < f->name_len; k++) CHECK(is_tchar((unsigned char)f->name[k]));
+        for (size_t k = 0; k < f->name_len; k++)
+            CHECK(is_tchar((unsigned char)f->name[k]));
         CHECK(strlen(f->value) == f->value_len);
         CHECK(!strchr(f->value, '\r') && !strchr(f->value, '\n'));
         CHECK(http__parse_field(p, f->name) == f->value);
