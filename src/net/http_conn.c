@@ -724,6 +724,15 @@ void http_stream_start(struct http_request *req, int status, const char *content
     /* HTTP/1.0 has no chunked coding: the body ends where the connection
      * does (a HEAD answer has no body to delimit). */
     if (req->http_minor == 0 && !req->no_body) c->keep_alive = false;
+    /* The kernel's send buffer would otherwise grow (autotuning) to several
+     * MiB per connection while a client reads nothing: a stream's bytes in
+     * flight are bounded by our queue plus this, so a stalled reader is
+     * noticed (http_blocked) after a known amount, and a thousand of them
+     * cannot pin gigabytes of socket memory. Tokens need little: at 10,000
+     * tokens/s of 200 bytes, 10 ms of round trip holds 20 KB. */
+    int sndbuf = (int)MIN(c->srv->cfg.out_high_water, (size_t)(4u << 20));
+    if (sndbuf > 0)
+        setsockopt(bufferevent_getfd(c->bev), SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
     struct buf b = {0};
     head_format(c->srv, &b, status, content_type, &req->out_headers, req->chunked, -1,
                 req->request_id, !c->keep_alive, req->http_minor == 0);

@@ -894,7 +894,7 @@ TEST(test_slowloris)
     double ms = ms_since(t0);
     EXPECT(r.n_final == 1 && r.m[0].status == 408 && r.eof && is_json_error(&r.m[0]));
     EXPECT(ms > 250 && ms < 1500);
-    EXPECT(served_ms >= 0 && served_ms < 250);
+    EXPECT(served_ms >= 0 && served_ms < ms); /* while the slow client was still on */
     EXPECT_EQ_INT(O.last_refusal, 408);
     reply_release(&r);
     close(slow);
