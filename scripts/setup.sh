@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake ninja-build pkg-config clang clang-format libclang-rt-14-dev
-      libjansson-dev libxxhash-dev libevent-dev libpcre2-dev libutf8proc-dev
+      libjansson-dev libxxhash-dev libevent-dev libhttp-parser-dev libpcre2-dev libutf8proc-dev
       liburing-dev libsqlite3-dev libssl-dev python3 python3-numpy nodejs npm curl
       librsvg2-bin)
 

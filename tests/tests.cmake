@@ -1,9 +1,14 @@
 # Test registration. Conventions:
 #   tests/unit/<module>/test_*.c   one executable each, label "unit" (label
-#                                  "kernels" for module kernels)
+#                                  "kernels" for module kernels); it links
+#                                  its module's layer, inferd_<module> (so
+#                                  building the kernel tests builds only the
+#                                  kernels and base), or UNIT_TEST_LAYER_<name>
+#                                  when it drives a layer above its module
 #   tests/fuzz/<target>/           fuzz_<target>.c + corpus/, replayed by ctest
 #                                  (label "fuzz") through a plain main() driver
 #   tests/<group>/test_*.sh        script tests, label = group (see below)
+set(UNIT_TEST_LAYER_test_grammar_engine engine) # structured output through the engine
 file(GLOB_RECURSE UNIT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/unit/*/test_*.c)
 foreach(src ${UNIT_TESTS})
   get_filename_component(name ${src} NAME_WE)
@@ -11,7 +16,13 @@ foreach(src ${UNIT_TESTS})
   get_filename_component(module ${dir} NAME)
   add_executable(${name} ${src})
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests/unit)
-  target_link_libraries(${name} PRIVATE inferd_core)
+  if(DEFINED UNIT_TEST_LAYER_${name})
+    target_link_libraries(${name} PRIVATE inferd_${UNIT_TEST_LAYER_${name}})
+  elseif(TARGET inferd_${module})
+    target_link_libraries(${name} PRIVATE inferd_${module})
+  else()
+    target_link_libraries(${name} PRIVATE inferd_core)
+  endif()
   set(label unit)
   if(module STREQUAL "kernels")
     set(label kernels)
@@ -43,7 +54,8 @@ endforeach()
 # Script tests get INFERD_BIN and a scratch directory; the folder is the label:
 #   reference/  numpy forward pass      cli/   command-line behaviour
 #   diff/       differential tests against the npm oracles (tokenizers, templates)
-#   e2e/        the API server driven by the official SDKs     lint/  formatting
+#   e2e/        the API server driven by the official SDKs
+#   lint/       formatting, include directions between layers
 file(GLOB SCRIPT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/reference/test_*.sh
                                          ${CMAKE_SOURCE_DIR}/tests/cli/test_*.sh
                                          ${CMAKE_SOURCE_DIR}/tests/diff/test_*.sh
@@ -55,5 +67,5 @@ foreach(sh ${SCRIPT_TESTS})
   get_filename_component(group ${dir} NAME)
   add_test(NAME ${group}/${name} COMMAND bash ${sh})
   set_tests_properties(${group}/${name} PROPERTIES LABELS ${group}
-    ENVIRONMENT "INFERD_BIN=$<TARGET_FILE:inferd>;INFERD_SRC=${CMAKE_SOURCE_DIR};INFERD_SCRATCH=${CMAKE_BINARY_DIR}/scratch")
+    ENVIRONMENT "INFERD_BIN=$<TARGET_FILE:inferd>;INFERD_SRC=${CMAKE_SOURCE_DIR};INFERD_SCRATCH=${CMAKE_BINARY_DIR}/scratch;INFERD_LAYERS=${INFERD_LAYERS_FILE}")
 endforeach()

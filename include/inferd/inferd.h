@@ -204,6 +204,13 @@ int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id
  * INFERD_FINISH_CANCELLED is queued for inferd_poll. Returns 0, or
  * ERR_NOT_FOUND for an unknown or already finished id. */
 int inferd_cancel(inferd_engine *e, uint64_t id);
+/* Holds the request out of the schedule (paused) or lets it back in. A
+ * paused request keeps its place, its KV blocks and its state; it computes
+ * nothing until resumed, and its output does not change (the draws are keyed
+ * by seed and position). Its blocks stay preemptible as any running
+ * request's. For a reader that stops reading: the server pauses a stream
+ * whose socket is full. Returns 0, or ERR_NOT_FOUND. */
+int inferd_pause(inferd_engine *e, uint64_t id, bool paused);
 
 /* Runs one step. Returns the number of tokens computed (0 when idle) or a
  * negative code. */

@@ -45,7 +45,13 @@ enum api_tool_choice {
     API_TOOL_CHOICE_NAMED,    /* a call to tool_name, forced by a grammar */
 };
 
-enum { API_MAX_STOP = 16, API_MAX_N = 16, API_MAX_PROMPTS = 64, API_MAX_BIAS = 1024 };
+enum {
+    API_MAX_STOP = 16,
+    API_MAX_N = 16,
+    API_MAX_PROMPTS = 64,
+    API_MAX_BIAS = 1024,
+    API_MAX_TOP_LOGPROBS = 20,
+};
 
 struct api_prompt {
     char *text;        /* prompt text (NULL when given as token ids) */

@@ -38,6 +38,10 @@ const char *err_str(int code)
         return "unauthorized";
     case ERR_UNAVAILABLE:
         return "unavailable";
+    case ERR_FORBIDDEN:
+        return "forbidden";
+    case ERR_METHOD:
+        return "method not allowed";
     default:
         if (code < 0 && code > -4096) return strerror(-code);
         return "unknown error";
@@ -69,6 +73,10 @@ int err_http_status(int code)
         return 401;
     case ERR_CANCELLED:
         return 499;
+    case ERR_FORBIDDEN:
+        return 403;
+    case ERR_METHOD:
+        return 405;
     default:
         return 500;
     }
@@ -79,10 +87,13 @@ const char *err_openai_type(int code)
     switch (err_http_status(code)) {
     case 400:
     case 404:
+    case 405:
     case 413:
         return "invalid_request_error";
     case 401:
         return "authentication_error";
+    case 403:
+        return "permission_error";
     case 429:
         return "rate_limit_error";
     case 503:
@@ -96,9 +107,12 @@ const char *err_anthropic_type(int code)
 {
     switch (err_http_status(code)) {
     case 400:
+    case 405:
         return "invalid_request_error";
     case 401:
         return "authentication_error";
+    case 403:
+        return "permission_error";
     case 404:
         return "not_found_error";
     case 413:

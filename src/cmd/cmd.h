@@ -1,7 +1,10 @@
 /*
  * cmd.h - subcommands of the inferd binary. Each takes the arguments after
  * its own name (argv[0] is the subcommand name) and returns the process exit
- * status: 0 ok, 1 failure (message already printed), 2 usage error.
+ * status: 0 ok, 1 failure (message already printed), 2 usage error
+ * (CMD_EXIT_* in cmd/opt.h). Each parses its options from a table of its own
+ * with cmd_opt_parse, so every subcommand has --help, accepts "--" and
+ * reports bad options alike.
  */
 #ifndef INFERD_CMD_H
 #define INFERD_CMD_H

@@ -13,8 +13,8 @@
  * Quality probes run once before the first point and once after the last.
  * Method, formulas and output fields: docs/bench.md.
  */
-#include "cmd/args.h"
 #include "cmd/cmd.h"
+#include "cmd/opt.h"
 
 #include "base/check.h"
 #include "bench/bench_client.h"
@@ -77,111 +77,121 @@ struct opts {
     bool progress;               /* progress line */
 };
 
-static void usage(FILE *f)
-{
-    fprintf(
-        f,
-        "usage: inferd bench [options]\n"
-        "\n"
-        "target:\n"
-        "  --url URL              server (default http://127.0.0.1:8080)\n"
-        "  --model NAME           model field (default 'default')\n"
-        "  --api-key KEY          bearer token (default: $INFERD_API_KEY)\n"
-        "  --text                 send text prompts instead of token ids\n"
-        "  --chat                 use /v1/chat/completions (text)\n"
-        "  --no-ignore-eos        do not ask the server to ignore end-of-sequence\n"
-        "  --answer-words         bias answers to the text-mode words (logit_bias from the\n"
-        "                         server's /tokenize): answers re-tokenize to the tokens\n"
-        "                         generated, as a trained model's do (random weights)\n"
-        "  --timeout S            per-request inactivity timeout (default 300)\n"
-        "workload (one of):\n"
-        "  --trace FMT:PATH       replay a trace, FMT = mooncake | azure | agentic (repeatable)\n"
-        "  --trace-timing MODE    agentic: dependent (after previous + think time, default)\n"
-        "                         or absolute (recorded timestamps)\n"
-        "  --bucket S             timestamp resolution to spread over (default per format)\n"
-        "  --synthetic SHAPE      plain | prefix | multiturn | agentic\n"
-        "  --requests N           plain/prefix: requests (default 100)\n"
-        "  --input DIST           input tokens per request or turn (default fixed:512)\n"
-        "  --output DIST          output tokens (default fixed:128)\n"
-        "                         DIST = N | fixed:N | uniform:LO:HI | normal:MEAN:SD |\n"
-        "                         lognormal:MEAN:SD\n"
-        "  --groups N --prefix-tokens N --users-per-group N   prefix sharing\n"
-        "  --sessions N --turns N --think DIST(ms)            multiturn / agentic\n"
-        "  --block-tokens N       synthetic block size (default 16)\n"
-        "  --seed N               content and arrival seed (default 0)\n"
-        "  --vocab LO:HI          token ids drawn from [LO, HI) (default 1000:30000)\n"
-        "  --max-requests N       use only the first N requests\n"
-        "arrivals:\n"
-        "  --arrival KIND         trace | poisson | gamma | closed (default: trace for traces,\n"
-        "                         poisson for synthetic with --rate, else closed)\n"
-        "  --rate R               requests (sessions) per second\n"
-        "  --burstiness B         gamma shape (1 = Poisson, < 1 burstier)\n"
-        "  --time-scale F         trace replay speed factor (2 = twice as fast)\n"
-        "  --concurrency N        closed loop with N in flight (default 16)\n"
-        "  --max-concurrency N    cap for open-loop arrivals (client queue wait recorded)\n"
-        "SLOs (milliseconds): --slo-ttft --slo-tpot --slo-itl-p99 --slo-e2e\n"
-        "server counters:\n"
-        "  --metrics-path P       Prometheus path scraped before/after (default /metrics;\n"
-        "                         'none' to skip)\n"
-        "quality:\n"
-        "  --probes N             greedy probe prompts at start and end (default 0)\n"
-        "  --probe-input N --probe-output N   probe lengths (default 32 / 32)\n"
-        "  --reference FILE       compare probes to a saved reference\n"
-        "  --save-reference FILE  save the start probes as the reference\n"
-        "cost:\n"
-        "  --machine-usd-h X --machines N --price-in X --price-cached X --price-out X\n"
-        "                         (prices in USD per million tokens)\n"
-        "sweeps:\n"
-        "  --sweep-rate R1,R2,..  one run per rate\n"
-        "  --sweep-concurrency N1,N2,..  one closed-loop run per concurrency\n"
-        "  --find-max-rate PCT    bisection for the highest rate with PCT%% meeting the SLOs\n"
-        "  --search-lo R --search-hi R --search-steps N   its bracket (default 0.5, 64, 7)\n"
-        "  --user-speed S         throughput at S output tok/s per user (from sweep points)\n"
-        "output:\n"
-        "  --out DIR              summary.json, records.jsonl, cdf.svg (+ sweep.json, pareto.svg)\n"
-        "  --json                 print the summary JSON instead of the table\n"
-        "  --no-progress          no progress line\n");
-}
-
-static bool parse_list(const char *opt, const char *s, double *out, int *n, double lo, double hi)
+/* "R1,R2,..": up to MAX_SWEEP numbers in [lo, hi]. */
+static int parse_list(const char *opt, const char *s, double *out, int *n, double lo, double hi,
+                      struct err_msg *m)
 {
     *n = 0;
     char *copy = xstrdup(s), *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (*n == MAX_SWEEP) {
-            fprintf(stderr, "inferd: %s: at most %d values\n", opt, MAX_SWEEP);
-            free(copy);
-            return false;
-        }
-        if (!arg_float(opt, tok, lo, hi, &out[(*n)++])) {
-            free(copy);
-            return false;
-        }
+    int rc = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save)) {
+        char *end;
+        double v = strtod(tok, &end);
+        if (*n == MAX_SWEEP)
+            rc = err_set(m, ERR_INVALID, "%s: at most %d values", opt, MAX_SWEEP);
+        else if (end == tok || *end || !(v >= lo && v <= hi))
+            rc = err_set(m, ERR_INVALID, "%s: expected numbers in [%g, %g], got '%s'", opt, lo, hi,
+                         tok);
+        else
+            out[(*n)++] = v;
     }
     free(copy);
-    if (!*n) fprintf(stderr, "inferd: %s: empty list\n", opt);
-    return *n > 0;
+    if (!rc && !*n) rc = err_set(m, ERR_INVALID, "%s: empty list", opt);
+    return rc;
 }
 
-static bool parse_dist(const char *opt, const char *s, struct bench_dist *d)
+static int set_url(void *dst, const char *spelling, const char *val, struct err_msg *m)
 {
-    struct err_msg m = {{0}};
-    if (bench_dist_parse(opt, s, d, &m)) {
-        fprintf(stderr, "inferd: %s\n", m.text);
-        return false;
-    }
-    return true;
+    return bench_target_parse_url(dst, val, m);
 }
 
-/* Returns 0 ok, 2 usage error, -1 --help printed. */
+static int set_chat(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    struct bench_target *t = dst;
+    t->chat = t->text = true;
+    return 0;
+}
+
+/* --trace FORMAT:PATH, repeatable. */
+static int set_trace(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    struct opts *o = dst;
+    const char *colon = strchr(val, ':');
+    char fmt[16] = {0};
+    if (!colon || (size_t)(colon - val) >= sizeof(fmt) || !colon[1])
+        return err_set(m, ERR_INVALID, "%s: expected FORMAT:PATH, got '%s'", spelling, val);
+    memcpy(fmt, val, (size_t)(colon - val));
+    if (o->n_traces == MAX_TRACES)
+        return err_set(m, ERR_INVALID, "%s: at most %d files", spelling, MAX_TRACES);
+    struct trace_arg *t = &o->traces[o->n_traces];
+    if (!bench_trace_format_parse(fmt, &t->format))
+        return err_set(m, ERR_INVALID, "%s: unknown format '%s' (mooncake, azure, agentic)",
+                       spelling, fmt);
+    t->path = colon + 1;
+    o->n_traces++;
+    return 0;
+}
+
+static int set_dist(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    return bench_dist_parse(spelling, val, dst, m);
+}
+
+/* --vocab LO:HI, token ids drawn from [LO, HI). */
+static int set_vocab(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    struct opts *o = dst;
+    char *end;
+    errno = 0;
+    long long lo = strtoll(val, &end, 10), hi = -1;
+    if (!errno && end != val && *end == ':') {
+        const char *h = end + 1;
+        hi = strtoll(h, &end, 10);
+        if (errno || end == h || *end) hi = -1;
+    }
+    if (lo < 0 || lo > INT32_MAX - 1 || hi <= lo || hi > INT32_MAX)
+        return err_set(m, ERR_INVALID, "%s: expected LO:HI with 0 <= LO < HI <= %d, got '%s'",
+                       spelling, INT32_MAX, val);
+    o->vocab_lo = (int32_t)lo;
+    o->vocab_hi = (int32_t)hi;
+    return 0;
+}
+
+static int set_sweep_rate(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    struct opts *o = dst;
+    return parse_list(spelling, val, o->sweep_rate, &o->n_sweep_rate, 1e-6, 1e9, m);
+}
+
+static int set_sweep_conc(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    struct opts *o = dst;
+    double tmp[MAX_SWEEP];
+    int rc = parse_list(spelling, val, tmp, &o->n_sweep_conc, 1, 1e6, m);
+    for (int k = 0; !rc && k < o->n_sweep_conc; k++)
+        o->sweep_conc[k] = (int32_t)tmp[k];
+    return rc;
+}
+
+static const struct cmd_choice trace_timings[] = {{"dependent", 0}, {"absolute", 1}, {NULL, 0}};
+static const struct cmd_choice shapes[] = {{"plain", BENCH_SHAPE_PLAIN},
+                                           {"prefix", BENCH_SHAPE_PREFIX},
+                                           {"multiturn", BENCH_SHAPE_MULTITURN},
+                                           {"agentic", BENCH_SHAPE_AGENTIC},
+                                           {NULL, 0}};
+static const struct cmd_choice arrival_kinds[] = {{"trace", BENCH_ARRIVAL_TRACE},
+                                                  {"poisson", BENCH_ARRIVAL_POISSON},
+                                                  {"gamma", BENCH_ARRIVAL_GAMMA},
+                                                  {"closed", BENCH_ARRIVAL_CLOSED},
+                                                  {NULL, 0}};
+
+/* Returns 0 ok, 2 usage error (printed), -1 --help printed. */
 static int parse(int argc, char **argv, struct opts *o)
 {
     memset(o, 0, sizeof(*o));
     struct err_msg m = {{0}};
     CHECK(bench_target_parse_url(&o->target, "http://127.0.0.1:8080", &m) == 0);
-    snprintf(o->target.model, sizeof(o->target.model), "default");
-    const char *key = getenv("INFERD_API_KEY");
-    if (key) snprintf(o->target.api_key, sizeof(o->target.api_key), "%s", key);
+    const char *key = getenv("INFERD_API_KEY"), *model = "default";
     o->target.ignore_eos = true;
     o->target.timeout_s = 300;
     o->bucket_s = -1;
@@ -208,255 +218,157 @@ static int parse(int argc, char **argv, struct opts *o)
     o->search_hi = 64;
     o->search_steps = 7;
     o->progress = true;
-    bool synthetic = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        long n;
-        double x;
-#define VAL()                                                                                      \
-    do {                                                                                           \
-        if (!(v = arg_value(argc, argv, &i))) return 2;                                            \
-    } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return -1;
-        } else if (!strcmp(a, "--url")) {
-            VAL();
-            if (bench_target_parse_url(&o->target, v, &m)) {
-                fprintf(stderr, "inferd: %s\n", m.text);
-                return 2;
-            }
-        } else if (!strcmp(a, "--model")) {
-            VAL();
-            snprintf(o->target.model, sizeof(o->target.model), "%s", v);
-        } else if (!strcmp(a, "--api-key")) {
-            VAL();
-            snprintf(o->target.api_key, sizeof(o->target.api_key), "%s", v);
-        } else if (!strcmp(a, "--text")) {
-            o->target.text = true;
-        } else if (!strcmp(a, "--chat")) {
-            o->target.chat = o->target.text = true;
-        } else if (!strcmp(a, "--answer-words")) {
-            o->answer_words = true;
-        } else if (!strcmp(a, "--no-ignore-eos")) {
-            o->target.ignore_eos = false;
-        } else if (!strcmp(a, "--timeout")) {
-            VAL();
-            if (!arg_float(a, v, 1, 86400, &o->target.timeout_s)) return 2;
-        } else if (!strcmp(a, "--trace")) {
-            VAL();
-            const char *colon = strchr(v, ':');
-            char fmt[16] = {0};
-            if (!colon || (size_t)(colon - v) >= sizeof(fmt) || !colon[1]) {
-                fprintf(stderr, "inferd: --trace: expected FORMAT:PATH, got '%s'\n", v);
-                return 2;
-            }
-            memcpy(fmt, v, (size_t)(colon - v));
-            if (o->n_traces == MAX_TRACES) {
-                fprintf(stderr, "inferd: --trace: at most %d files\n", MAX_TRACES);
-                return 2;
-            }
-            struct trace_arg *t = &o->traces[o->n_traces++];
-            if (!bench_trace_format_parse(fmt, &t->format)) {
-                fprintf(stderr, "inferd: --trace: unknown format '%s' (mooncake, azure, agentic)\n",
-                        fmt);
-                return 2;
-            }
-            t->path = colon + 1;
-        } else if (!strcmp(a, "--trace-timing")) {
-            VAL();
-            if (!strcmp(v, "absolute"))
-                o->sessions_timed = true;
-            else if (!strcmp(v, "dependent"))
-                o->sessions_timed = false;
-            else {
-                fprintf(stderr, "inferd: --trace-timing: absolute or dependent\n");
-                return 2;
-            }
-        } else if (!strcmp(a, "--bucket")) {
-            VAL();
-            if (!arg_float(a, v, 0, 3600, &o->bucket_s)) return 2;
-        } else if (!strcmp(a, "--synthetic")) {
-            VAL();
-            synthetic = true;
-            if (!strcmp(v, "plain"))
-                o->synth.shape = BENCH_SHAPE_PLAIN;
-            else if (!strcmp(v, "prefix"))
-                o->synth.shape = BENCH_SHAPE_PREFIX;
-            else if (!strcmp(v, "multiturn"))
-                o->synth.shape = BENCH_SHAPE_MULTITURN;
-            else if (!strcmp(v, "agentic"))
-                o->synth.shape = BENCH_SHAPE_AGENTIC;
-            else {
-                fprintf(stderr, "inferd: --synthetic: plain, prefix, multiturn or agentic\n");
-                return 2;
-            }
-        } else if (!strcmp(a, "--requests")) {
-            VAL();
-            if (!arg_int(a, v, 1, 10000000, &n)) return 2;
-            o->synth.n_requests = (int32_t)n;
-        } else if (!strcmp(a, "--input")) {
-            VAL();
-            if (!parse_dist(a, v, &o->synth.len_in)) return 2;
-        } else if (!strcmp(a, "--output")) {
-            VAL();
-            if (!parse_dist(a, v, &o->synth.len_out)) return 2;
-        } else if (!strcmp(a, "--think")) {
-            VAL();
-            if (!parse_dist(a, v, &o->synth.think)) return 2;
-        } else if (!strcmp(a, "--groups") || !strcmp(a, "--prefix-tokens") ||
-                   !strcmp(a, "--users-per-group") || !strcmp(a, "--sessions") ||
-                   !strcmp(a, "--turns") || !strcmp(a, "--block-tokens") ||
-                   !strcmp(a, "--max-requests") || !strcmp(a, "--concurrency") ||
-                   !strcmp(a, "--max-concurrency") || !strcmp(a, "--probes") ||
-                   !strcmp(a, "--probe-input") || !strcmp(a, "--probe-output") ||
-                   !strcmp(a, "--machines") || !strcmp(a, "--search-steps")) {
-            VAL();
-            if (!arg_int(a, v, !strcmp(a, "--probes") || !strcmp(a, "--max-concurrency") ? 0 : 1,
-                         10000000, &n))
-                return 2;
-            int32_t k = (int32_t)n;
-            if (!strcmp(a, "--groups"))
-                o->synth.n_groups = k;
-            else if (!strcmp(a, "--prefix-tokens"))
-                o->synth.prefix_tokens = k;
-            else if (!strcmp(a, "--users-per-group"))
-                o->synth.users_per_group = k;
-            else if (!strcmp(a, "--sessions"))
-                o->synth.n_sessions = k;
-            else if (!strcmp(a, "--turns"))
-                o->synth.n_turns = k;
-            else if (!strcmp(a, "--block-tokens"))
-                o->block_tokens = k;
-            else if (!strcmp(a, "--max-requests"))
-                o->max_requests = k;
-            else if (!strcmp(a, "--concurrency"))
-                o->concurrency = k;
-            else if (!strcmp(a, "--max-concurrency"))
-                o->max_concurrency = k;
-            else if (!strcmp(a, "--probes"))
-                o->n_probes = k;
-            else if (!strcmp(a, "--probe-input"))
-                o->probe_input = k;
-            else if (!strcmp(a, "--probe-output"))
-                o->probe_output = k;
-            else if (!strcmp(a, "--machines"))
-                o->prices.machines = k;
-            else
-                o->search_steps = k;
-        } else if (!strcmp(a, "--seed")) {
-            VAL();
-            if (!arg_int(a, v, 0, (long)1 << 62, &n)) return 2;
-            o->seed = (uint64_t)n;
-        } else if (!strcmp(a, "--vocab")) {
-            VAL();
-            long lo, hi;
-            char lo_s[24] = {0};
-            const char *colon = strchr(v, ':');
-            if (!colon || (size_t)(colon - v) >= sizeof(lo_s)) {
-                fprintf(stderr, "inferd: --vocab: expected LO:HI\n");
-                return 2;
-            }
-            memcpy(lo_s, v, (size_t)(colon - v));
-            if (!arg_int(a, lo_s, 0, INT32_MAX - 1, &lo) ||
-                !arg_int(a, colon + 1, lo + 1, INT32_MAX, &hi))
-                return 2;
-            o->vocab_lo = (int32_t)lo;
-            o->vocab_hi = (int32_t)hi;
-        } else if (!strcmp(a, "--arrival")) {
-            VAL();
-            o->arrival_given = true;
-            if (!strcmp(v, "trace"))
-                o->arrivals.kind = BENCH_ARRIVAL_TRACE;
-            else if (!strcmp(v, "poisson"))
-                o->arrivals.kind = BENCH_ARRIVAL_POISSON;
-            else if (!strcmp(v, "gamma"))
-                o->arrivals.kind = BENCH_ARRIVAL_GAMMA;
-            else if (!strcmp(v, "closed"))
-                o->arrivals.kind = BENCH_ARRIVAL_CLOSED;
-            else {
-                fprintf(stderr, "inferd: --arrival: trace, poisson, gamma or closed\n");
-                return 2;
-            }
-        } else if (!strcmp(a, "--rate") || !strcmp(a, "--burstiness") ||
-                   !strcmp(a, "--time-scale") || !strcmp(a, "--slo-ttft") ||
-                   !strcmp(a, "--slo-tpot") || !strcmp(a, "--slo-itl-p99") ||
-                   !strcmp(a, "--slo-e2e") || !strcmp(a, "--machine-usd-h") ||
-                   !strcmp(a, "--price-in") || !strcmp(a, "--price-cached") ||
-                   !strcmp(a, "--price-out") || !strcmp(a, "--find-max-rate") ||
-                   !strcmp(a, "--search-lo") || !strcmp(a, "--search-hi") ||
-                   !strcmp(a, "--user-speed")) {
-            VAL();
-            if (!arg_float(a, v, 1e-9, 1e9, &x)) return 2;
-            if (!strcmp(a, "--rate"))
-                o->arrivals.rate = x;
-            else if (!strcmp(a, "--burstiness"))
-                o->arrivals.burstiness = x;
-            else if (!strcmp(a, "--time-scale"))
-                o->arrivals.time_scale = x;
-            else if (!strcmp(a, "--slo-ttft"))
-                o->slo.ttft_s = x * 1e-3;
-            else if (!strcmp(a, "--slo-tpot"))
-                o->slo.tpot_s = x * 1e-3;
-            else if (!strcmp(a, "--slo-itl-p99"))
-                o->slo.itl_p99_s = x * 1e-3;
-            else if (!strcmp(a, "--slo-e2e"))
-                o->slo.e2e_s = x * 1e-3;
-            else if (!strcmp(a, "--machine-usd-h"))
-                o->prices.machine_usd_h = x;
-            else if (!strcmp(a, "--price-in"))
-                o->prices.in_usd_m = x;
-            else if (!strcmp(a, "--price-cached"))
-                o->prices.cached_usd_m = x;
-            else if (!strcmp(a, "--price-out"))
-                o->prices.out_usd_m = x;
-            else if (!strcmp(a, "--find-max-rate")) {
-                if (x > 100) {
-                    fprintf(stderr, "inferd: --find-max-rate: a percentage in (0, 100]\n");
-                    return 2;
-                }
-                o->find_pct = x;
-            } else if (!strcmp(a, "--search-lo"))
-                o->search_lo = x;
-            else if (!strcmp(a, "--search-hi"))
-                o->search_hi = x;
-            else
-                o->user_speed = x;
-        } else if (!strcmp(a, "--sweep-rate")) {
-            VAL();
-            if (!parse_list(a, v, o->sweep_rate, &o->n_sweep_rate, 1e-6, 1e9)) return 2;
-        } else if (!strcmp(a, "--sweep-concurrency")) {
-            VAL();
-            double tmp[MAX_SWEEP];
-            if (!parse_list(a, v, tmp, &o->n_sweep_conc, 1, 1e6)) return 2;
-            for (int k = 0; k < o->n_sweep_conc; k++)
-                o->sweep_conc[k] = (int32_t)tmp[k];
-        } else if (!strcmp(a, "--metrics-path")) {
-            VAL();
-            o->metrics_path = strcmp(v, "none") ? v : NULL;
-        } else if (!strcmp(a, "--reference")) {
-            VAL();
-            o->reference = v;
-        } else if (!strcmp(a, "--save-reference")) {
-            VAL();
-            o->save_reference = v;
-        } else if (!strcmp(a, "--out")) {
-            VAL();
-            o->out_dir = v;
-        } else if (!strcmp(a, "--json")) {
-            o->json = true;
-        } else if (!strcmp(a, "--no-progress")) {
-            o->progress = false;
-        } else {
-            fprintf(stderr, "inferd: bench: unknown option '%s' (see --help)\n", a);
-            return 2;
-        }
-#undef VAL
-    }
-    if (o->n_traces && synthetic) {
-        fprintf(stderr, "inferd: bench: --trace and --synthetic exclude each other\n");
-        return 2;
-    }
+    int shape = -1, arrival = -1;     /* -1: not given */
+    double slo_ms[4] = {0, 0, 0, 0};  /* ttft, tpot, itl p99, e2e */
+    const double hi = 1e9, lo = 1e-9; /* every rate, factor, time and price */
+    const int64_t big = 10000000;     /* every count */
+    const struct cmd_opt opts[] = {
+        CMD_OPT_HEADING("target:"),
+        CMD_OPT_CALL("url", 0, "URL", "server (default http://127.0.0.1:8080)", set_url,
+                     &o->target),
+        CMD_OPT_STR("model", 0, "NAME", "model field (default 'default')", &model),
+        CMD_OPT_STR("api-key", 0, "KEY", "bearer token (default: $INFERD_API_KEY)", &key),
+        CMD_OPT_FLAG("text", 0, "send text prompts instead of token ids", &o->target.text),
+        CMD_OPT_CALL0("chat", 0, "use /v1/chat/completions (text)", set_chat, &o->target),
+        CMD_OPT_SET("no-ignore-eos", 0, "do not ask the server to ignore end-of-sequence",
+                    &o->target.ignore_eos, false),
+        CMD_OPT_FLAG("answer-words", 0,
+                     "bias answers to the text-mode words (logit_bias from the\n"
+                     "server's /tokenize): answers re-tokenize to the tokens\n"
+                     "generated, as a trained model's do (random weights)",
+                     &o->answer_words),
+        CMD_OPT_FLOAT("timeout", 0, "S", "per-request inactivity timeout (default 300)",
+                      &o->target.timeout_s, 1, 86400),
+        CMD_OPT_HEADING("workload (one of):"),
+        CMD_OPT_CALL("trace", 0, "FMT:PATH",
+                     "replay a trace, FMT = mooncake | azure | agentic (repeatable)", set_trace, o),
+        CMD_OPT_ENUM("trace-timing", 0, "MODE",
+                     "agentic: dependent (after previous + think time, default)\n"
+                     "or absolute (recorded timestamps)",
+                     &o->sessions_timed, trace_timings),
+        CMD_OPT_FLOAT("bucket", 0, "S", "timestamp resolution to spread over (default per format)",
+                      &o->bucket_s, 0, 3600),
+        CMD_OPT_ENUM("synthetic", 0, "SHAPE", "plain | prefix | multiturn | agentic", &shape,
+                     shapes),
+        CMD_OPT_INT("requests", 0, "N", "plain/prefix: requests (default 100)",
+                    &o->synth.n_requests, 1, big),
+        CMD_OPT_CALL("input", 0, "DIST", "input tokens per request or turn (default fixed:512)",
+                     set_dist, &o->synth.len_in),
+        CMD_OPT_CALL("output", 0, "DIST", "output tokens (default fixed:128)", set_dist,
+                     &o->synth.len_out),
+        CMD_OPT_INT("groups", 0, "N", "prefix: distinct system prompts (default 4)",
+                    &o->synth.n_groups, 1, big),
+        CMD_OPT_INT("prefix-tokens", 0, "N", "prefix: system prompt length (default 1024)",
+                    &o->synth.prefix_tokens, 1, big),
+        CMD_OPT_INT("users-per-group", 0, "N", "prefix: users per system prompt (default 8)",
+                    &o->synth.users_per_group, 1, big),
+        CMD_OPT_INT("sessions", 0, "N", "multiturn / agentic: sessions (default 8)",
+                    &o->synth.n_sessions, 1, big),
+        CMD_OPT_INT("turns", 0, "N", "multiturn / agentic: turns per session (default 4)",
+                    &o->synth.n_turns, 1, big),
+        CMD_OPT_CALL("think", 0, "DIST", "multiturn / agentic: think time in ms (default 1000)",
+                     set_dist, &o->synth.think),
+        CMD_OPT_INT("block-tokens", 0, "N", "synthetic block size (default 16)", &o->block_tokens,
+                    1, big),
+        CMD_OPT_INT("seed", 0, "N", "content and arrival seed (default 0)", &o->seed, 0,
+                    (int64_t)1 << 62),
+        CMD_OPT_CALL("vocab", 0, "LO:HI", "token ids drawn from [LO, HI) (default 1000:30000)",
+                     set_vocab, o),
+        CMD_OPT_INT("max-requests", 0, "N", "use only the first N requests", &o->max_requests, 1,
+                    big),
+        CMD_OPT_HEADING("arrivals:"),
+        CMD_OPT_ENUM("arrival", 0, "KIND",
+                     "trace | poisson | gamma | closed (default: trace for traces,\n"
+                     "poisson for synthetic with --rate, else closed)",
+                     &arrival, arrival_kinds),
+        CMD_OPT_FLOAT("rate", 0, "R", "requests (sessions) per second", &o->arrivals.rate, lo, hi),
+        CMD_OPT_FLOAT("burstiness", 0, "B", "gamma shape (1 = Poisson, < 1 burstier)",
+                      &o->arrivals.burstiness, lo, hi),
+        CMD_OPT_FLOAT("time-scale", 0, "F", "trace replay speed factor (2 = twice as fast)",
+                      &o->arrivals.time_scale, lo, hi),
+        CMD_OPT_INT("concurrency", 0, "N", "closed loop with N in flight (default 16)",
+                    &o->concurrency, 1, big),
+        CMD_OPT_INT("max-concurrency", 0, "N",
+                    "cap for open-loop arrivals (client queue wait recorded)", &o->max_concurrency,
+                    0, big),
+        CMD_OPT_HEADING("SLOs (milliseconds):"),
+        CMD_OPT_FLOAT("slo-ttft", 0, "MS", "time to first token", &slo_ms[0], lo, hi),
+        CMD_OPT_FLOAT("slo-tpot", 0, "MS", "time per output token", &slo_ms[1], lo, hi),
+        CMD_OPT_FLOAT("slo-itl-p99", 0, "MS", "the request's p99 inter-token latency", &slo_ms[2],
+                      lo, hi),
+        CMD_OPT_FLOAT("slo-e2e", 0, "MS", "end to end", &slo_ms[3], lo, hi),
+        CMD_OPT_HEADING("server counters:"),
+        CMD_OPT_STR("metrics-path", 0, "P",
+                    "Prometheus path scraped before/after (default /metrics;\n"
+                    "'none' to skip)",
+                    &o->metrics_path),
+        CMD_OPT_HEADING("quality:"),
+        CMD_OPT_INT("probes", 0, "N", "greedy probe prompts at start and end (default 0)",
+                    &o->n_probes, 0, big),
+        CMD_OPT_INT("probe-input", 0, "N", "probe prompt length (default 32)", &o->probe_input, 1,
+                    big),
+        CMD_OPT_INT("probe-output", 0, "N", "probe output length (default 32)", &o->probe_output, 1,
+                    big),
+        CMD_OPT_STR("reference", 0, "FILE", "compare probes to a saved reference", &o->reference),
+        CMD_OPT_STR("save-reference", 0, "FILE", "save the start probes as the reference",
+                    &o->save_reference),
+        CMD_OPT_HEADING("cost (prices in USD per million tokens):"),
+        CMD_OPT_FLOAT("machine-usd-h", 0, "X", "machine cost per hour", &o->prices.machine_usd_h,
+                      lo, hi),
+        CMD_OPT_INT("machines", 0, "N", "machines behind the endpoint (default 1)",
+                    &o->prices.machines, 1, big),
+        CMD_OPT_FLOAT("price-in", 0, "X", "uncached input tokens", &o->prices.in_usd_m, lo, hi),
+        CMD_OPT_FLOAT("price-cached", 0, "X", "cached input tokens", &o->prices.cached_usd_m, lo,
+                      hi),
+        CMD_OPT_FLOAT("price-out", 0, "X", "output tokens", &o->prices.out_usd_m, lo, hi),
+        CMD_OPT_HEADING("sweeps:"),
+        CMD_OPT_CALL("sweep-rate", 0, "R1,R2,..", "one run per rate", set_sweep_rate, o),
+        CMD_OPT_CALL("sweep-concurrency", 0, "N1,N2,..", "one closed-loop run per concurrency",
+                     set_sweep_conc, o),
+        CMD_OPT_FLOAT("find-max-rate", 0, "PCT",
+                      "bisection for the highest rate with PCT% meeting the SLOs", &o->find_pct, lo,
+                      100),
+        CMD_OPT_FLOAT("search-lo", 0, "R", "its bracket's low end (default 0.5)", &o->search_lo, lo,
+                      hi),
+        CMD_OPT_FLOAT("search-hi", 0, "R", "its bracket's high end (default 64)", &o->search_hi, lo,
+                      hi),
+        CMD_OPT_INT("search-steps", 0, "N", "its bisection steps (default 7)", &o->search_steps, 1,
+                    big),
+        CMD_OPT_FLOAT("user-speed", 0, "S",
+                      "throughput at S output tok/s per user (from sweep points)", &o->user_speed,
+                      lo, hi),
+        CMD_OPT_HEADING("output:"),
+        CMD_OPT_STR("out", 0, "DIR",
+                    "summary.json, records.jsonl, cdf.svg (+ sweep.json, pareto.svg)", &o->out_dir),
+        CMD_OPT_FLAG("json", 0, "print the summary JSON instead of the table", &o->json),
+        CMD_OPT_SET("no-progress", 0, "no progress line", &o->progress, false),
+        CMD_OPT_HEADING("other:"),
+        CMD_OPT_END,
+    };
+    const struct cmd_spec spec = {
+        .name = "bench",
+        .synopsis = "[options]",
+        .epilog = "DIST = N | fixed:N | uniform:LO:HI | normal:MEAN:SD | lognormal:MEAN:SD\n"
+                  "Method and output fields: docs/bench.md.\n",
+        .opts = opts,
+    };
+    int argi;
+    enum cmd_opt_result r = cmd_opt_parse(&spec, argc, argv, &argi);
+    if (r != CMD_OPT_OK) return r == CMD_OPT_HELP ? -1 : CMD_EXIT_USAGE;
+    if (cmd_opt_operands_max(&spec, argc, argv, argi, 0)) return CMD_EXIT_USAGE;
+    snprintf(o->target.model, sizeof(o->target.model), "%s", model);
+    if (key) snprintf(o->target.api_key, sizeof(o->target.api_key), "%s", key);
+    if (o->metrics_path && !strcmp(o->metrics_path, "none")) o->metrics_path = NULL;
+    if (shape >= 0) o->synth.shape = (enum bench_shape)shape;
+    if (arrival >= 0) o->arrivals.kind = (enum bench_arrival)arrival;
+    o->arrival_given = arrival >= 0;
+    o->slo.ttft_s = slo_ms[0] * 1e-3;
+    o->slo.tpot_s = slo_ms[1] * 1e-3;
+    o->slo.itl_p99_s = slo_ms[2] * 1e-3;
+    o->slo.e2e_s = slo_ms[3] * 1e-3;
+    const bool synthetic = shape >= 0;
+    if (o->n_traces && synthetic)
+        return cmd_usage_error(&spec, "--trace and --synthetic exclude each other");
     if (!o->arrival_given) {
         if (o->n_traces)
             o->arrivals.kind = BENCH_ARRIVAL_TRACE;
@@ -465,33 +377,22 @@ static int parse(int argc, char **argv, struct opts *o)
         else
             o->arrivals.kind = BENCH_ARRIVAL_CLOSED;
     }
-    if (o->arrivals.kind == BENCH_ARRIVAL_TRACE && !o->n_traces) {
-        fprintf(stderr, "inferd: bench: --arrival trace needs --trace\n");
-        return 2;
-    }
+    if (o->arrivals.kind == BENCH_ARRIVAL_TRACE && !o->n_traces)
+        return cmd_usage_error(&spec, "--arrival trace needs --trace");
     if ((o->arrivals.kind == BENCH_ARRIVAL_POISSON || o->arrivals.kind == BENCH_ARRIVAL_GAMMA) &&
-        !(o->arrivals.rate > 0) && !o->n_sweep_rate && !o->find_pct) {
-        fprintf(stderr, "inferd: bench: poisson / gamma arrivals need --rate\n");
-        return 2;
-    }
+        !(o->arrivals.rate > 0) && !o->n_sweep_rate && !o->find_pct)
+        return cmd_usage_error(&spec, "poisson / gamma arrivals need --rate");
     if (o->find_pct &&
-        !(o->slo.ttft_s > 0 || o->slo.tpot_s > 0 || o->slo.itl_p99_s > 0 || o->slo.e2e_s > 0)) {
-        fprintf(stderr, "inferd: bench: --find-max-rate needs at least one --slo-* target\n");
-        return 2;
-    }
-    if (o->find_pct && !(o->search_hi > o->search_lo)) {
-        fprintf(stderr, "inferd: bench: --search-hi must exceed --search-lo\n");
-        return 2;
-    }
-    if ((o->n_sweep_rate ? 1 : 0) + (o->n_sweep_conc ? 1 : 0) + (o->find_pct ? 1 : 0) > 1) {
-        fprintf(stderr, "inferd: bench: choose one of --sweep-rate, --sweep-concurrency, "
-                        "--find-max-rate\n");
-        return 2;
-    }
-    if (o->user_speed > 0 && !o->n_sweep_rate && !o->n_sweep_conc) {
-        fprintf(stderr, "inferd: bench: --user-speed needs a sweep\n");
-        return 2;
-    }
+        !(o->slo.ttft_s > 0 || o->slo.tpot_s > 0 || o->slo.itl_p99_s > 0 || o->slo.e2e_s > 0))
+        return cmd_usage_error(&spec, "--find-max-rate needs at least one --slo-* target");
+    if (o->find_pct && !(o->search_hi > o->search_lo))
+        return cmd_usage_error(&spec, "--search-hi must exceed --search-lo");
+    if ((o->n_sweep_rate ? 1 : 0) + (o->n_sweep_conc ? 1 : 0) + (o->find_pct ? 1 : 0) > 1)
+        return cmd_usage_error(&spec,
+                               "choose one of --sweep-rate, --sweep-concurrency, --find-max-rate");
+    if (o->reference && !o->n_probes) return cmd_usage_error(&spec, "--reference needs --probes N");
+    if (o->user_speed > 0 && !o->n_sweep_rate && !o->n_sweep_conc)
+        return cmd_usage_error(&spec, "--user-speed needs a sweep");
     return 0;
 }
 
@@ -867,10 +768,6 @@ int cmd_bench(int argc, char **argv)
         if (rc) goto fail;
     }
     char **ref = NULL, **q_start = NULL, **q_end = NULL;
-    if (o.reference && !o.n_probes) {
-        fprintf(stderr, "inferd: bench: --reference needs --probes N\n");
-        return 2;
-    }
     if (o.reference && (rc = load_reference(&o, &ref, &m))) goto fail;
     if (o.n_probes && (rc = run_probes(&o, &q_start, &m))) goto fail_q;
 
@@ -1032,59 +929,41 @@ int cmd_bench_mock(int argc, char **argv)
 {
     struct bench_mock_opts o;
     bench_mock_opts_default(&o);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        long n;
-        double x;
-        if (!strcmp(a, "--spec-metrics-only")) {
-            o.spec_metrics_only = true;
-            continue;
-        }
-        if (!(v = arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--host"))
-            o.host = v;
-        else if (!strcmp(a, "--port-file"))
-            o.port_file = v;
-        else if (!strcmp(a, "--port") || !strcmp(a, "--block-tokens") || !strcmp(a, "--spec-k") ||
-                 !strcmp(a, "--spec-accept") || !strcmp(a, "--fail-every") ||
-                 !strcmp(a, "--perturb-from") || !strcmp(a, "--backlog")) {
-            if (!arg_int(a, v, !strcmp(a, "--perturb-from") ? -1 : 0, 1000000, &n)) return 2;
-            if (!strcmp(a, "--port"))
-                o.port = (int)n;
-            else if (!strcmp(a, "--block-tokens"))
-                o.block_tokens = (int32_t)n;
-            else if (!strcmp(a, "--spec-k"))
-                o.spec_k = (int32_t)n;
-            else if (!strcmp(a, "--spec-accept"))
-                o.spec_accept = (int32_t)n;
-            else if (!strcmp(a, "--fail-every"))
-                o.fail_every = (int32_t)n;
-            else if (!strcmp(a, "--perturb-from"))
-                o.perturb_from = (int32_t)n;
-            else
-                o.backlog = (int)n;
-        } else if (!strcmp(a, "--ttft-ms") || !strcmp(a, "--itl-ms") ||
-                   !strcmp(a, "--prefill-us")) {
-            if (!arg_float(a, v, 0, 1e7, &x)) return 2;
-            if (!strcmp(a, "--ttft-ms"))
-                o.ttft_ms = x;
-            else if (!strcmp(a, "--itl-ms"))
-                o.itl_ms = x;
-            else
-                o.prefill_us = x;
-        } else {
-            fprintf(stderr,
-                    "usage: inferd bench-mock [--host A] [--port P] [--port-file F] [--ttft-ms X]\n"
-                    "         [--itl-ms X] [--prefill-us X] [--block-tokens N] [--spec-k K]\n"
-                    "         [--spec-accept A] [--spec-metrics-only] [--fail-every N]\n"
-                    "         [--perturb-from J] [--backlog N]\n");
-            return 2;
-        }
-    }
+    const struct cmd_opt opts[] = {
+        CMD_OPT_STR("host", 0, "A", "listen address", &o.host),
+        CMD_OPT_INT("port", 0, "P", "listen port (0: any free port)", &o.port, 0, 65535),
+        CMD_OPT_STR("port-file", 0, "F", "write the bound port there", &o.port_file),
+        CMD_OPT_FLOAT("ttft-ms", 0, "X", "time to the first token", &o.ttft_ms, 0, 1e7),
+        CMD_OPT_FLOAT("itl-ms", 0, "X", "time between tokens", &o.itl_ms, 0, 1e7),
+        CMD_OPT_FLOAT("prefill-us", 0, "X", "extra time per uncached prompt token", &o.prefill_us,
+                      0, 1e7),
+        CMD_OPT_INT("block-tokens", 0, "N", "prefix-cache block size", &o.block_tokens, 0, 1000000),
+        CMD_OPT_INT("spec-k", 0, "K", "draft tokens per speculative step", &o.spec_k, 0, 1000000),
+        CMD_OPT_INT("spec-accept", 0, "A", "draft tokens accepted per step", &o.spec_accept, 0,
+                    1000000),
+        CMD_OPT_FLAG("spec-metrics-only", 0, "report speculation in /metrics only",
+                     &o.spec_metrics_only),
+        CMD_OPT_INT("fail-every", 0, "N", "answer every Nth request with 503", &o.fail_every, 0,
+                    1000000),
+        CMD_OPT_INT("perturb-from", 0, "J", "change outputs from token J on (-1: never)",
+                    &o.perturb_from, -1, 1000000),
+        CMD_OPT_INT("backlog", 0, "N", "listen backlog", &o.backlog, 0, 1000000),
+        CMD_OPT_END,
+    };
+    const struct cmd_spec spec = {
+        .name = "bench-mock",
+        .synopsis = "[options]",
+        .about = "The scripted server the bench tests run against (docs/bench.md).",
+        .opts = opts,
+    };
+    int argi;
+    enum cmd_opt_result r = cmd_opt_parse(&spec, argc, argv, &argi);
+    if (r != CMD_OPT_OK) return cmd_opt_exit(r);
+    if (cmd_opt_operands_max(&spec, argc, argv, argi, 0)) return CMD_EXIT_USAGE;
     struct err_msg m = {{0}};
     if (bench_mock_run(&o, &m)) {
         fprintf(stderr, "inferd: bench-mock: %s\n", m.text);
-        return 1;
+        return CMD_EXIT_FAIL;
     }
-    return 0;
+    return CMD_EXIT_OK;
 }

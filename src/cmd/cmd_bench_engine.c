@@ -13,8 +13,8 @@
  * through the scheduler. Random prompts; the first run of each figure is a
  * warm-up that is not counted.
  */
-#include "cmd/args.h"
 #include "cmd/cmd.h"
+#include "cmd/opt.h"
 
 #include "base/check.h"
 #include "base/rng.h"
@@ -153,67 +153,56 @@ int cmd_bench_engine(int argc, char **argv)
     long threads = 0, pp = 512, tg = 128, depth = 0, shared = 0, bsteps = 32;
     bool json = false;
     int batches[8] = {4, 16, 64}, n_batches = 3;
+    struct cmd_ints batch_list = {0};
     enum inferd_kv_type kvt = INFERD_KV_F16;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fprintf(
-                stderr,
-                "usage: inferd bench-engine -m MODEL [--threads N] [--pp N] [--tg N]\n"
-                "                           [--batches 4,16,64] [--depth N] [--shared-prefix N]\n"
-                "                           [--steps N] [--kv f16|bf16|f32] [--json]\n"
-                "  --depth N          decode tests start from N-token contexts (attention over\n"
-                "                     a served conversation's history; default: 1-16 tokens)\n"
-                "  --shared-prefix N  the first N tokens of those contexts are the same in\n"
-                "                     every sequence (a shared system prompt, held once by the\n"
-                "                     prefix cache); N <= depth\n"
-                "  --steps N          decode steps timed per batch size (default 32; more\n"
-                "                     steps average out a noisy machine)\n");
-            return 0;
-        }
-        if (!strcmp(a, "--json")) {
-            json = true;
-            continue;
-        }
-        if (!(val = arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m"))
-            model_path = val;
-        else if (!strcmp(a, "--threads")) {
-            if (!arg_int(a, val, 1, 256, &threads)) return 2;
-        } else if (!strcmp(a, "--pp")) {
-            if (!arg_int(a, val, 1, 16384, &pp)) return 2;
-        } else if (!strcmp(a, "--tg")) {
-            if (!arg_int(a, val, 2, 16384, &tg)) return 2;
-        } else if (!strcmp(a, "--steps")) {
-            if (!arg_int(a, val, 2, 16384, &bsteps)) return 2;
-        } else if (!strcmp(a, "--depth")) {
-            if (!arg_int(a, val, 1, 131072, &depth)) return 2;
-        } else if (!strcmp(a, "--shared-prefix")) {
-            if (!arg_int(a, val, 0, 131072, &shared)) return 2;
-        } else if (!strcmp(a, "--kv")) {
-            if (!arg_kv(a, val, &kvt)) return 2;
-        } else if (!strcmp(a, "--batches")) {
-            int32_t *bs;
-            int nb;
-            if (!arg_tokens(a, val, &bs, &nb)) return 2;
-            n_batches = MIN(nb, 8);
-            for (int k = 0; k < n_batches; k++)
-                batches[k] = MAX(1, MIN(bs[k], 1024));
-            free(bs);
-        } else {
-            fprintf(stderr, "inferd: bench-engine: unknown option '%s'\n", a);
-            return 2;
-        }
+    const struct cmd_opt opts[] = {
+        CMD_OPT_STR("model", 'm', "FILE", "GGUF model (required)", &model_path),
+        CMD_OPT_INT("threads", 0, "N", "compute threads (default: all cores)", &threads, 1, 256),
+        CMD_OPT_INT("pp", 0, "N", "prompt tokens of the prefill figure (default 512)", &pp, 1,
+                    16384),
+        CMD_OPT_INT("tg", 0, "N", "decode steps of the batch-1 figure (default 128)", &tg, 2,
+                    16384),
+        CMD_OPT_INTS("batches", 0, "B,B,..",
+                     "batch sizes of the decode figures (default 4,16,64;\n"
+                     "at most 8, each clamped to [1, 1024])",
+                     &batch_list, 0, INT32_MAX),
+        CMD_OPT_INT("depth", 0, "N",
+                    "decode tests start from N-token contexts (attention over\n"
+                    "a served conversation's history; default: 1-16 tokens)",
+                    &depth, 1, 131072),
+        CMD_OPT_INT("shared-prefix", 0, "N",
+                    "the first N tokens of those contexts are the same in\n"
+                    "every sequence (a shared system prompt, held once by the\n"
+                    "prefix cache); N <= depth",
+                    &shared, 0, 131072),
+        CMD_OPT_INT("steps", 0, "N",
+                    "decode steps timed per batch size (default 32; more\n"
+                    "steps average out a noisy machine)",
+                    &bsteps, 2, 16384),
+        CMD_OPT_ENUM("kv", 0, NULL, "KV cache type (default f16)", &kvt, cmd_kv_types),
+        CMD_OPT_FLAG("json", 0, "print the figures as one JSON object", &json),
+        CMD_OPT_END,
+    };
+    const struct cmd_spec spec = {
+        .name = "bench-engine",
+        .synopsis = "-m MODEL [options]",
+        .about = "Prefill and decode speed, each as a share of this machine's limit measured in\n"
+                 "the same run.",
+        .opts = opts,
+    };
+    int argi;
+    enum cmd_opt_result pr = cmd_opt_parse(&spec, argc, argv, &argi);
+    if (batch_list.v) {
+        n_batches = MIN(batch_list.n, 8);
+        for (int k = 0; k < n_batches; k++)
+            batches[k] = MAX(1, MIN(batch_list.v[k], 1024));
+        free(batch_list.v);
     }
-    if (!model_path) {
-        fprintf(stderr, "inferd: bench-engine: -m MODEL is required\n");
-        return 2;
-    }
-    if (shared > depth) {
-        fprintf(stderr, "inferd: bench-engine: --shared-prefix %ld exceeds --depth %ld\n", shared,
-                depth);
-        return 2;
-    }
+    if (pr != CMD_OPT_OK) return cmd_opt_exit(pr);
+    if (cmd_opt_operands_max(&spec, argc, argv, argi, 0)) return CMD_EXIT_USAGE;
+    if (!model_path) return cmd_usage_error(&spec, "-m MODEL is required");
+    if (shared > depth)
+        return cmd_usage_error(&spec, "--shared-prefix %ld exceeds --depth %ld", shared, depth);
 
     char err[512];
     inferd_model *im;

@@ -26,8 +26,8 @@
 #include "base/buf.h"
 #include "base/check.h"
 #include "base/timeutil.h"
-#include "cmd/args.h"
 #include "cmd/cmd.h"
+#include "cmd/opt.h"
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
 #include "inferd/inferd.h"
@@ -37,19 +37,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static void grammar_usage(void)
-{
-    fprintf(
-        stderr,
-        "usage: inferd grammar check GRAMMAR [--dump]\n"
-        "       inferd grammar gen -m MODEL GRAMMAR [--count N] [--parallel N] [-n MAX_TOKENS]\n"
-        "                          [--seed S] [--temp T] [--threads N] [--inline-masks]\n"
-        "                          [--unconstrained]\n"
-        "       inferd grammar bench -m MODEL GRAMMAR [--walks N] [--steps N] [--json]\n"
-        "                            [--verify]\n"
-        "GRAMMAR: --ebnf FILE | --regex RE | --json-schema FILE | --json-object\n");
-}
 
 static char *read_file(const char *path, size_t *len)
 {
@@ -79,77 +66,69 @@ struct gopts {
     bool unconstrained; /* gen: the same requests without the grammar (a baseline) */
 };
 
-static int parse(int argc, char **argv, struct gopts *o)
+/* GRAMMAR options: each replaces the grammar given before it. */
+static int set_file(struct gopts *o, enum grammar_kind kind, const char *spelling, const char *val,
+                    struct err_msg *m)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val;
-        if (!strcmp(a, "--json-object")) {
-            o->kind = GRAMMAR_JSON_OBJECT;
-            continue;
-        }
-        if (!strcmp(a, "--dump")) {
-            o->dump = true;
-            continue;
-        }
-        if (!strcmp(a, "--json")) {
-            o->json = true;
-            continue;
-        }
-        if (!strcmp(a, "--verify")) {
-            o->verify = true;
-            continue;
-        }
-        if (!strcmp(a, "--inline-masks")) {
-            o->inline_masks = true;
-            continue;
-        }
-        if (!strcmp(a, "--unconstrained")) {
-            o->unconstrained = true;
-            continue;
-        }
-        if (!(val = arg_value(argc, argv, &i))) return -1;
-        if (!strcmp(a, "--ebnf") || !strcmp(a, "--json-schema")) {
-            o->kind = !strcmp(a, "--ebnf") ? GRAMMAR_EBNF : GRAMMAR_JSON_SCHEMA;
-            free(o->src);
-            if (!(o->src = read_file(val, &o->len))) {
-                fprintf(stderr, "inferd: grammar: cannot read '%s'\n", val);
-                return -1;
-            }
-        } else if (!strcmp(a, "--regex")) {
-            o->kind = GRAMMAR_REGEX;
-            free(o->src);
-            o->src = xstrdup(val);
-            o->len = strlen(val);
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            o->model = val;
-        } else if (!strcmp(a, "--count")) {
-            if (!arg_int(a, val, 1, 100000, &o->count)) return -1;
-        } else if (!strcmp(a, "--parallel")) {
-            if (!arg_int(a, val, 1, 4096, &o->parallel)) return -1;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
-            if (!arg_int(a, val, 1, 1 << 20, &o->max_tokens)) return -1;
-        } else if (!strcmp(a, "--seed")) {
-            if (!arg_int(a, val, 0, 1L << 62, &o->seed)) return -1;
-        } else if (!strcmp(a, "--threads")) {
-            if (!arg_int(a, val, 1, 256, &o->threads)) return -1;
-        } else if (!strcmp(a, "--walks")) {
-            if (!arg_int(a, val, 1, 100000, &o->walks)) return -1;
-        } else if (!strcmp(a, "--steps")) {
-            if (!arg_int(a, val, 1, 1000000, &o->steps)) return -1;
-        } else if (!strcmp(a, "--temp")) {
-            if (!arg_float(a, val, 0, 100, &o->temp)) return -1;
-        } else {
-            fprintf(stderr, "inferd: grammar: unknown option '%s'\n", a);
-            return -1;
-        }
-    }
-    if (!o->kind) {
-        fprintf(stderr,
-                "inferd: grammar: give one of --ebnf, --regex, --json-schema, --json-object\n");
-        return -1;
-    }
-    if (!o->src) o->src = xstrdup("");
+    size_t len;
+    char *src = read_file(val, &len);
+    if (!src) return err_set(m, ERR_INVALID, "%s: cannot read '%s'", spelling, val);
+    free(o->src);
+    o->kind = kind;
+    o->src = src;
+    o->len = len;
     return 0;
+}
+
+static int set_ebnf(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    return set_file(dst, GRAMMAR_EBNF, spelling, val, m);
+}
+
+static int set_json_schema(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    return set_file(dst, GRAMMAR_JSON_SCHEMA, spelling, val, m);
+}
+
+static int set_regex(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    struct gopts *o = dst;
+    free(o->src);
+    o->kind = GRAMMAR_REGEX;
+    o->src = xstrdup(val);
+    o->len = strlen(val);
+    return 0;
+}
+
+static int set_json_object(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    struct gopts *o = dst;
+    free(o->src);
+    o->kind = GRAMMAR_JSON_OBJECT;
+    o->src = NULL;
+    o->len = 0;
+    return 0;
+}
+
+#define GRAMMAR_OPTS(o)                                                                            \
+    CMD_OPT_CALL("ebnf", 0, "FILE", "GBNF grammar", set_ebnf, o),                                  \
+        CMD_OPT_CALL("regex", 0, "RE", "regular expression", set_regex, o),                        \
+        CMD_OPT_CALL("json-schema", 0, "FILE", "JSON Schema", set_json_schema, o),                 \
+        CMD_OPT_CALL0("json-object", 0, "any JSON object", set_json_object, o)
+
+#define GRAMMAR_SYNOPSIS "GRAMMAR: --ebnf FILE | --regex RE | --json-schema FILE | --json-object\n"
+
+static void grammar_usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: inferd grammar check GRAMMAR [--dump]\n"
+        "       inferd grammar gen -m MODEL GRAMMAR [--count N] [--parallel N] [-n MAX_TOKENS]\n"
+        "                          [--seed S] [--temp T] [--threads N] [--inline-masks]\n"
+        "                          [--unconstrained]\n"
+        "       inferd grammar bench -m MODEL GRAMMAR [--walks N] [--steps N] [--json]\n"
+        "                            [--verify]\n" GRAMMAR_SYNOPSIS
+        "run 'inferd grammar check|gen|bench --help' for a subcommand's options.\n");
 }
 
 static int check(struct gopts *o)
@@ -498,25 +477,94 @@ out_vocab:
 int cmd_grammar(int argc, char **argv)
 {
     if (argc < 2) {
-        grammar_usage();
-        return 2;
+        grammar_usage(stderr);
+        return CMD_EXIT_USAGE;
     }
     const char *sub = argv[1];
+    if (!strcmp(sub, "-h") || !strcmp(sub, "--help")) {
+        grammar_usage(stdout);
+        return CMD_EXIT_OK;
+    }
+    if (strcmp(sub, "check") && strcmp(sub, "gen") && strcmp(sub, "bench")) {
+        fprintf(stderr, "inferd grammar: unknown subcommand '%s'\n", sub);
+        grammar_usage(stderr);
+        return CMD_EXIT_USAGE;
+    }
     struct gopts o = {0};
-    int rc = 2;
-    if (parse(argc - 1, argv + 1, &o)) goto usage;
-    if (!strcmp(sub, "check"))
+    const struct cmd_opt check_opts[] = {
+        GRAMMAR_OPTS(&o),
+        CMD_OPT_FLAG("dump", 0, "print the compiled rules", &o.dump),
+        CMD_OPT_END,
+    };
+    const struct cmd_opt gen_opts[] = {
+        CMD_OPT_STR("model", 'm', "FILE", "GGUF model (required)", &o.model),
+        GRAMMAR_OPTS(&o),
+        CMD_OPT_INT("count", 0, "N", "generations (default 1)", &o.count, 1, 100000),
+        CMD_OPT_INT("parallel", 0, "N", "generations running at once (default 64)", &o.parallel, 1,
+                    4096),
+        CMD_OPT_INT("max-tokens", 'n', "N", "tokens per generation (default 256)", &o.max_tokens, 1,
+                    1 << 20),
+        CMD_OPT_INT("seed", 0, "S", "prompts and sampling seeds derive from it (default 0)",
+                    &o.seed, 0, 1L << 62),
+        CMD_OPT_FLOAT("temp", 0, "T", "temperature (default 1)", &o.temp, 0, 100),
+        CMD_OPT_INT("threads", 0, "N", "compute threads (default: all cores)", &o.threads, 1, 256),
+        CMD_OPT_FLAG("inline-masks", 0, "fill masks after the forward, not during it",
+                     &o.inline_masks),
+        CMD_OPT_FLAG("unconstrained", 0, "the same requests without the grammar (a baseline)",
+                     &o.unconstrained),
+        CMD_OPT_END,
+    };
+    const struct cmd_opt bench_opts[] = {
+        CMD_OPT_STR("model", 'm', "FILE", "GGUF model (required)", &o.model),
+        GRAMMAR_OPTS(&o),
+        CMD_OPT_INT("walks", 0, "N", "random walks through the grammar (default 20)", &o.walks, 1,
+                    100000),
+        CMD_OPT_INT("steps", 0, "N", "masks per walk at most (default 400)", &o.steps, 1, 1000000),
+        CMD_OPT_FLAG("json", 0, "print the figures as one JSON object", &o.json),
+        CMD_OPT_FLAG("verify", 0, "check every mask against a byte walk of every token", &o.verify),
+        CMD_OPT_END,
+    };
+    struct cmd_spec spec = {.epilog = GRAMMAR_SYNOPSIS};
+    if (!strcmp(sub, "check")) {
+        spec.name = "grammar check";
+        spec.synopsis = "GRAMMAR [--dump]";
+        spec.about = "Compiles the grammar; prints its size or the error.";
+        spec.opts = check_opts;
+    } else if (!strcmp(sub, "gen")) {
+        spec.name = "grammar gen";
+        spec.synopsis = "-m MODEL GRAMMAR [options]";
+        spec.about = "Constrained generations through the engine, one JSON line each:\n"
+                     "{\"index\", \"finish\", \"text\", \"tokens\"}.";
+        spec.opts = gen_opts;
+    } else {
+        spec.name = "grammar bench";
+        spec.synopsis = "-m MODEL GRAMMAR [options]";
+        spec.about = "Compile time and mask latency over the model's vocabulary.";
+        spec.opts = bench_opts;
+    }
+    int argi, rc = CMD_EXIT_USAGE;
+    enum cmd_opt_result r = cmd_opt_parse(&spec, argc - 1, argv + 1, &argi);
+    if (r != CMD_OPT_OK) {
+        rc = cmd_opt_exit(r);
+        goto out;
+    }
+    if (cmd_opt_operands_max(&spec, argc - 1, argv + 1, argi, 0)) goto out;
+    if (!o.kind) {
+        cmd_usage_error(&spec, "give one of --ebnf, --regex, --json-schema, --json-object");
+        goto out;
+    }
+    if (spec.opts != check_opts && !o.model) {
+        cmd_usage_error(&spec, "-m MODEL is required");
+        goto out;
+    }
+    if (!o.src) o.src = xstrdup("");
+    if (spec.opts == check_opts)
         rc = check(&o);
-    else if (!strcmp(sub, "gen") && o.model)
+    else if (spec.opts == gen_opts)
         rc = gen(&o);
-    else if (!strcmp(sub, "bench") && o.model)
-        rc = bench(&o);
     else
-        goto usage;
+        rc = bench(&o);
+out:
     free(o.src);
     return rc;
-usage:
-    free(o.src);
-    grammar_usage();
-    return 2;
 }

@@ -18,6 +18,7 @@
  * every accessor below succeeds on what the reader accepted.
  */
 #include "cmd/cmd.h"
+#include "cmd/opt.h"
 
 #include "base/check.h"
 #include "base/dtype.h"
@@ -517,23 +518,24 @@ static void print_tokenizer(const struct gguf_file *f)
         printf("  chat template: no\n");
 }
 
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: inferd model info FILE\n"
-                 "Prints a GGUF file's metadata, hyper-parameters, tensors and tokenizer.\n");
-}
-
 int cmd_model_info(int argc, char **argv)
 {
-    if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-        usage(stdout);
-        return 0;
+    const struct cmd_opt opts[] = {CMD_OPT_END};
+    const struct cmd_spec spec = {
+        .name = "model info",
+        .synopsis = "FILE",
+        .about = "Prints a GGUF file's metadata, hyper-parameters, tensors and tokenizer.",
+        .opts = opts,
+    };
+    int argi;
+    enum cmd_opt_result r = cmd_opt_parse(&spec, argc, argv, &argi);
+    if (r != CMD_OPT_OK) return cmd_opt_exit(r);
+    if (argc - argi != 1) {
+        fprintf(stderr, "inferd model info: give one model FILE\n");
+        cmd_opt_usage(&spec, stderr);
+        return CMD_EXIT_USAGE;
     }
-    if (argc != 2) {
-        usage(stderr);
-        return 2;
-    }
-    const char *path = argv[1];
+    const char *path = argv[argi];
     struct gguf_file *f;
     struct err_msg m = {{0}};
     int rc = gguf_open(path, &f, &m);

@@ -10,8 +10,8 @@
  * usage errors, exit 2); anything that fails while making the model (a
  * tokenizer file, the write) is exit 1 with the maker's message.
  */
-#include "cmd/args.h"
 #include "cmd/cmd.h"
+#include "cmd/opt.h"
 
 #include "base/dtype.h"
 #include "base/err.h"
@@ -19,55 +19,64 @@
 #include "model/maker.h"
 #include "model/model.h"
 
+#include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static void usage(FILE *out)
+static int set_preset(void *dst, const char *spelling, const char *val, struct err_msg *m)
 {
-    fprintf(out,
-            "usage: inferd model make -o FILE [options]\n"
-            "\n"
-            "Writes a GGUF model with random weights, the shape of a real model and a real\n"
-            "tokenizer. Good for tests and speed figures; it does not produce meaningful text.\n"
-            "\n"
-            "options:\n"
-            "  -o, --output FILE   file to write (required)\n"
-            "  --preset P          shape (default tiny):");
-    for (int i = 0; i < maker_n_presets(); i++)
-        fprintf(out, " %s", maker_preset_at(i)->name);
-    fprintf(
-        out,
-        "\n"
-        "  --arch A            llama | qwen2 | qwen3 (default: the preset's)\n"
-        "  --type T            matrix type: f32 f16 bf16 q8_0 q4_0 q4_k q6_k (default f16);\n"
-        "                      q4_k/q6_k fall back to q4_0/q8_0 for rows not a multiple of 256\n"
-        "  --tokenizer T       qwen3 | llama3 | deepseek_v3 | gpt4o | llama2 | gemma3 |\n"
-        "                      mistral_nemo | a directory with tokenizer.json\n"
-        "                      and tokenizer_config.json (default: qwen3, llama3 for llama)\n"
-        "  --pre NAME          tokenizer.ggml.pre to write instead of detecting it\n"
-        "  --tied / --untied   share token_embd as the output projection or not\n"
-        "  --layers N          block count instead of the preset's\n"
-        "  --ctx N             context length instead of the preset's\n"
-        "  --seed N            weight seed (default 1)\n"
-        "  --threads N         worker threads (default: online CPUs)\n"
-        "\n"
-        "Package tokenizers are looked up under $INFERD_NODE_MODULES, ./node_modules and\n"
-        "<dir of inferd>/../../node_modules.\n");
+    if (!maker_preset_find(val))
+        return err_set(m, ERR_INVALID, "%s: unknown preset '%s'", spelling, val);
+    *(const char **)dst = val;
+    return 0;
 }
 
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+static int set_arch(void *dst, const char *spelling, const char *val, struct err_msg *m)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "inferd model make: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\nrun 'inferd model make --help' for the options\n");
-    va_end(ap);
-    return 2;
+    int arch = model_arch_from_name(val, strlen(val));
+    if (arch < 0)
+        return err_set(m, ERR_INVALID, "%s: unknown architecture '%s' (llama, qwen2, qwen3)",
+                       spelling, val);
+    *(int *)dst = arch;
+    return 0;
+}
+
+static int set_type(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    int t = dtype_from_name(val);
+    if (t < 0 || !dtype_supported((uint32_t)t))
+        return err_set(m, ERR_INVALID, "%s: unknown type '%s' (f32 f16 bf16 q8_0 q4_0 q4_k q6_k)",
+                       spelling, val);
+    *(enum dtype *)dst = (enum dtype)t;
+    return 0;
+}
+
+/* --pre: written into the file as tokenizer.ggml.pre, so only names of the
+ * form llama.cpp uses. */
+static int set_pre(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    if (!*val || strlen(val) > 31 ||
+        strspn(val, "abcdefghijklmnopqrstuvwxyz0123456789._-") != strlen(val))
+        return err_set(m, ERR_INVALID, "%s: expected a name like llama-bpe or qwen2, got '%s'",
+                       spelling, val);
+    *(const char **)dst = val;
+    return 0;
+}
+
+/* --seed: the whole uint64_t range, as the maker takes it. */
+static int set_seed(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    char *end;
+    errno = 0;
+    unsigned long long s = strtoull(val, &end, 10);
+    if (errno || end == val || *end || *val == '-')
+        return err_set(m, ERR_INVALID, "%s: expected a non-negative integer, got '%s'", spelling,
+                       val);
+    *(uint64_t *)dst = s;
+    return 0;
 }
 
 static void human_bytes(uint64_t n, char *buf, size_t size)
@@ -93,64 +102,51 @@ int cmd_model_make(int argc, char **argv)
     if (n_threads < 1) n_threads = 1;
     if (n_threads > 256) n_threads = 256;
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        long n;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!(v = arg_value(argc, argv, &i))) return 2;
-            o.out_path = v;
-        } else if (!strcmp(a, "--preset")) {
-            if (!(v = arg_value(argc, argv, &i))) return 2;
-            if (!maker_preset_find(v)) return usage_error("unknown preset '%s'", v);
-            o.preset = v;
-        } else if (!strcmp(a, "--arch")) {
-            if (!(v = arg_value(argc, argv, &i))) return 2;
-            o.arch = model_arch_from_name(v, strlen(v));
-            if (o.arch < 0)
-                return usage_error("unknown architecture '%s' (llama, qwen2, qwen3)", v);
-        } else if (!strcmp(a, "--type")) {
-            if (!(v = arg_value(argc, argv, &i))) return 2;
-            int t = dtype_from_name(v);
-            if (t < 0 || !dtype_supported((uint32_t)t))
-                return usage_error("unknown type '%s' (f32 f16 bf16 q8_0 q4_0 q4_k q6_k)", v);
-            o.type = (enum dtype)t;
-        } else if (!strcmp(a, "--tokenizer")) {
-            if (!(v = arg_value(argc, argv, &i))) return 2;
-            tokenizer = v;
-        } else if (!strcmp(a, "--pre")) {
-            if (!(v = arg_value(argc, argv, &i))) return 2;
-            if (!*v || strlen(v) > 31 ||
-                strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789._-") != strlen(v))
-                return usage_error("--pre '%s': expected a name like llama-bpe or qwen2", v);
-            o.pre = v;
-        } else if (!strcmp(a, "--tied")) {
-            o.tied = 1;
-        } else if (!strcmp(a, "--untied")) {
-            o.tied = 0;
-        } else if (!strcmp(a, "--layers")) {
-            if (!(v = arg_value(argc, argv, &i)) || !arg_int(a, v, 1, 4096, &n)) return 2;
-            o.n_layer = (int)n;
-        } else if (!strcmp(a, "--ctx")) {
-            if (!(v = arg_value(argc, argv, &i)) || !arg_int(a, v, 1, 1 << 30, &n)) return 2;
-            o.n_ctx = (int)n;
-        } else if (!strcmp(a, "--seed")) {
-            if (!(v = arg_value(argc, argv, &i))) return 2;
-            char *end;
-            unsigned long long s = strtoull(v, &end, 10);
-            if (end == v || *end || *v == '-')
-                return usage_error("--seed: expected a non-negative integer, got '%s'", v);
-            o.seed = s;
-        } else if (!strcmp(a, "--threads")) {
-            if (!(v = arg_value(argc, argv, &i)) || !arg_int(a, v, 1, 256, &n)) return 2;
-            n_threads = n;
-        } else {
-            return usage_error("unknown option '%s'", a);
-        }
+    char presets[256] = "shape (default tiny):";
+    for (int i = 0; i < maker_n_presets(); i++) {
+        size_t len = strlen(presets);
+        snprintf(presets + len, sizeof(presets) - len, " %s", maker_preset_at(i)->name);
     }
-    if (!o.out_path) return usage_error("an output file is required (-o FILE)");
+    const struct cmd_opt opts[] = {
+        CMD_OPT_STR("output", 'o', "FILE", "file to write (required)", &o.out_path),
+        CMD_OPT_CALL("preset", 0, "P", presets, set_preset, &o.preset),
+        CMD_OPT_CALL("arch", 0, "A", "llama | qwen2 | qwen3 (default: the preset's)", set_arch,
+                     &o.arch),
+        CMD_OPT_CALL("type", 0, "T",
+                     "matrix type: f32 f16 bf16 q8_0 q4_0 q4_k q6_k (default f16);\n"
+                     "q4_k/q6_k fall back to q4_0/q8_0 for rows not a multiple of 256",
+                     set_type, &o.type),
+        CMD_OPT_STR("tokenizer", 0, "T",
+                    "qwen3 | llama3 | deepseek_v3 | gpt4o | llama2 | gemma3 |\n"
+                    "mistral_nemo | a directory with tokenizer.json\n"
+                    "and tokenizer_config.json (default: qwen3, llama3 for llama)",
+                    &tokenizer),
+        CMD_OPT_CALL("pre", 0, "NAME", "tokenizer.ggml.pre to write instead of detecting it",
+                     set_pre, &o.pre),
+        CMD_OPT_SET("tied", 0, "share token_embd as the output projection", &o.tied, 1),
+        CMD_OPT_SET("untied", 0, "a separate output.weight", &o.tied, 0),
+        CMD_OPT_INT("layers", 0, "N", "block count instead of the preset's", &o.n_layer, 1, 4096),
+        CMD_OPT_INT("ctx", 0, "N", "context length instead of the preset's", &o.n_ctx, 1, 1 << 30),
+        CMD_OPT_CALL("seed", 0, "N", "weight seed (default 1)", set_seed, &o.seed),
+        CMD_OPT_INT("threads", 0, "N", "worker threads (default: online CPUs)", &n_threads, 1, 256),
+        CMD_OPT_END,
+    };
+    const struct cmd_spec spec = {
+        .name = "model make",
+        .synopsis = "-o FILE [options]",
+        .about =
+            "Writes a GGUF model with random weights, the shape of a real model and a real\n"
+            "tokenizer. Good for tests and speed figures; it does not produce meaningful text.",
+        .epilog =
+            "Package tokenizers are looked up under $INFERD_NODE_MODULES, ./node_modules and\n"
+            "<dir of inferd>/../../node_modules.\n",
+        .opts = opts,
+    };
+    int argi;
+    enum cmd_opt_result r = cmd_opt_parse(&spec, argc, argv, &argi);
+    if (r != CMD_OPT_OK) return cmd_opt_exit(r);
+    if (cmd_opt_operands_max(&spec, argc, argv, argi, 0)) return CMD_EXIT_USAGE;
+    if (!o.out_path) return cmd_usage_error(&spec, "an output file is required (-o FILE)");
     o.n_threads = (int)n_threads;
 
     const struct maker_preset *ps = maker_preset_find(o.preset);

@@ -11,8 +11,8 @@
  * runs find the prompt in the prefix cache, and the command checks that they
  * give the first run's tokens and logprobs bit for bit.
  */
-#include "cmd/args.h"
 #include "cmd/cmd.h"
+#include "cmd/opt.h"
 
 #include "base/check.h"
 #include "base/rng.h"
@@ -25,126 +25,82 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void run_usage(void)
-{
-    fprintf(stderr,
-            "usage: inferd run -m MODEL (--tokens IDS | -p TEXT) [options]\n"
-            "  -n, --max-tokens N     tokens to generate (default 128)\n"
-            "  --threads N            compute threads (default: all cores)\n"
-            "  --chunk N              tokens per forward step = prefill chunk (default 512)\n"
-            "  --batch-with N         run alongside N random requests (default 0)\n"
-            "  --kv f16|bf16|f32      KV cache type (default f16)\n"
-            "  --block N              KV block size in tokens (default 16)\n"
-            "  --temp T --top-k K --top-p P --min-p P --seed S\n"
-            "  --repeat-penalty R --presence-penalty P --frequency-penalty F\n"
-            "  --logprobs N           also print the top N alternatives per token\n"
-            "  --ignore-eos           do not stop at end-of-generation tokens\n"
-            "  --dump-logprobs FILE   each step's token and logprob as an exact hex float\n"
-            "  --runs N               run the request N times on one engine; later runs read the\n"
-            "                         prompt from the prefix cache and must match run 1 bitwise\n"
-            "  --no-prefix-cache      never reuse KV across requests\n");
-}
-
 int cmd_run(int argc, char **argv)
 {
     const char *model_path = NULL, *text = NULL, *dump_path = NULL;
-    int32_t *prompt = NULL;
-    int n_prompt = 0, rc = 1;
-    long max_tokens = 128, batch_with = 0, n_logprobs = 0, runs = 1, v;
-    double d;
+    struct cmd_ints tokens = {0};
+    int rc = 1;
+    long max_tokens = 128, batch_with = 0, runs = 1;
     bool ignore_eos = false;
     struct inferd_engine_config cfg;
     inferd_engine_config_default(&cfg);
     struct inferd_sampling sp;
     inferd_sampling_default(&sp);
     sp.temperature = 0.0f;
-
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            run_usage();
-            free(prompt);
-            return 0;
-        }
-        if (!strcmp(a, "--ignore-eos")) {
-            ignore_eos = true;
-            continue;
-        }
-        if (!strcmp(a, "--no-prefix-cache")) {
-            cfg.no_prefix_cache = true;
-            continue;
-        }
-        if (!(val = arg_value(argc, argv, &i))) goto usage;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
-            model_path = val;
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
-            text = val;
-        else if (!strcmp(a, "--tokens")) {
-            free(prompt);
-            if (!arg_tokens(a, val, &prompt, &n_prompt)) goto usage;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
-            if (!arg_int(a, val, 1, 1 << 20, &max_tokens)) goto usage;
-        } else if (!strcmp(a, "--threads")) {
-            if (!arg_int(a, val, 1, 256, &v)) goto usage;
-            cfg.n_threads = (int)v;
-        } else if (!strcmp(a, "--chunk")) {
-            if (!arg_int(a, val, 1, 65536, &v)) goto usage;
-            cfg.token_budget = (int)v;
-        } else if (!strcmp(a, "--block")) {
-            if (!arg_int(a, val, 1, 4096, &v)) goto usage;
-            cfg.block_tokens = (int)v;
-        } else if (!strcmp(a, "--batch-with")) {
-            if (!arg_int(a, val, 0, 4000, &batch_with)) goto usage;
-        } else if (!strcmp(a, "--kv")) {
-            if (!arg_kv(a, val, &cfg.kv_type)) goto usage;
-        } else if (!strcmp(a, "--temp")) {
-            if (!arg_float(a, val, 0, 100, &d)) goto usage;
-            sp.temperature = (float)d;
-        } else if (!strcmp(a, "--top-k")) {
-            if (!arg_int(a, val, 0, 1 << 24, &v)) goto usage;
-            sp.top_k = (int)v;
-        } else if (!strcmp(a, "--top-p")) {
-            if (!arg_float(a, val, 0, 1, &d)) goto usage;
-            sp.top_p = (float)d;
-        } else if (!strcmp(a, "--min-p")) {
-            if (!arg_float(a, val, 0, 1, &d)) goto usage;
-            sp.min_p = (float)d;
-        } else if (!strcmp(a, "--seed")) {
-            if (!arg_int(a, val, 0, INT64_MAX, &v)) goto usage;
-            sp.seed = (uint64_t)v;
-        } else if (!strcmp(a, "--repeat-penalty")) {
-            if (!arg_float(a, val, 0, 100, &d)) goto usage;
-            sp.repetition_penalty = (float)d;
-        } else if (!strcmp(a, "--presence-penalty")) {
-            if (!arg_float(a, val, -2, 2, &d)) goto usage;
-            sp.presence_penalty = (float)d;
-        } else if (!strcmp(a, "--frequency-penalty")) {
-            if (!arg_float(a, val, -2, 2, &d)) goto usage;
-            sp.frequency_penalty = (float)d;
-        } else if (!strcmp(a, "--logprobs")) {
-            if (!arg_int(a, val, 0, 20, &n_logprobs)) goto usage;
-            sp.n_logprobs = (int)n_logprobs;
-        } else if (!strcmp(a, "--runs")) {
-            if (!arg_int(a, val, 1, 1000, &runs)) goto usage;
-        } else if (!strcmp(a, "--dump-logprobs"))
-            dump_path = val;
-        else {
-            fprintf(stderr, "inferd: run: unknown option '%s'\n", a);
-            goto usage;
-        }
+    const struct cmd_opt opts[] = {
+        CMD_OPT_STR("model", 'm', "FILE", "GGUF model (required)", &model_path),
+        CMD_OPT_INTS("tokens", 0, "IDS", "the prompt: comma-separated token ids", &tokens, 0,
+                     INT32_MAX),
+        CMD_OPT_STR("prompt", 'p', "TEXT", "a text prompt (needs the tokenizer: not yet)", &text),
+        CMD_OPT_INT("max-tokens", 'n', "N", "tokens to generate (default 128)", &max_tokens, 1,
+                    1 << 20),
+        CMD_OPT_INT("threads", 0, "N", "compute threads (default: all cores)", &cfg.n_threads, 1,
+                    256),
+        CMD_OPT_INT("chunk", 0, "N", "tokens per forward step = prefill chunk (default 512)",
+                    &cfg.token_budget, 1, 65536),
+        CMD_OPT_INT("batch-with", 0, "N", "run alongside N random requests (default 0)",
+                    &batch_with, 0, 4000),
+        CMD_OPT_ENUM("kv", 0, NULL, "KV cache type (default f16)", &cfg.kv_type, cmd_kv_types),
+        CMD_OPT_INT("block", 0, "N", "KV block size in tokens (default 16)", &cfg.block_tokens, 1,
+                    4096),
+        CMD_OPT_FLOAT("temp", 0, "T", "temperature (default 0: greedy)", &sp.temperature, 0, 100),
+        CMD_OPT_INT("top-k", 0, "K", "sample among the K most likely tokens (0: all)", &sp.top_k, 0,
+                    1 << 24),
+        CMD_OPT_FLOAT("top-p", 0, "P", "nucleus sampling", &sp.top_p, 0, 1),
+        CMD_OPT_FLOAT("min-p", 0, "P", "drop tokens below P x the top probability", &sp.min_p, 0,
+                      1),
+        CMD_OPT_INT("seed", 0, "S", "sampling seed", &sp.seed, 0, INT64_MAX),
+        CMD_OPT_FLOAT("repeat-penalty", 0, "R", "repetition penalty", &sp.repetition_penalty, 0,
+                      100),
+        CMD_OPT_FLOAT("presence-penalty", 0, "P", "presence penalty", &sp.presence_penalty, -2, 2),
+        CMD_OPT_FLOAT("frequency-penalty", 0, "F", "frequency penalty", &sp.frequency_penalty, -2,
+                      2),
+        CMD_OPT_INT("logprobs", 0, "N", "also print the top N alternatives per token",
+                    &sp.n_logprobs, 0, 20),
+        CMD_OPT_FLAG("ignore-eos", 0, "do not stop at end-of-generation tokens", &ignore_eos),
+        CMD_OPT_STR("dump-logprobs", 0, "FILE",
+                    "each step's token and logprob as an exact hex float", &dump_path),
+        CMD_OPT_INT("runs", 0, "N",
+                    "run the request N times on one engine; later runs read the\n"
+                    "prompt from the prefix cache and must match run 1 bitwise",
+                    &runs, 1, 1000),
+        CMD_OPT_FLAG("no-prefix-cache", 0, "never reuse KV across requests", &cfg.no_prefix_cache),
+        CMD_OPT_END,
+    };
+    const struct cmd_spec spec = {
+        .name = "run", .synopsis = "-m MODEL (--tokens IDS | -p TEXT) [options]", .opts = opts};
+    int argi;
+    enum cmd_opt_result pr = cmd_opt_parse(&spec, argc, argv, &argi);
+    if (pr != CMD_OPT_OK) {
+        free(tokens.v);
+        return cmd_opt_exit(pr);
     }
+    int32_t *prompt = tokens.v;
+    const int n_prompt = tokens.n;
+    const long n_logprobs = sp.n_logprobs;
     sp.logprobs = dump_path || n_logprobs > 0;
+    if (cmd_opt_operands_max(&spec, argc, argv, argi, 0)) goto usage;
     if (!model_path) {
-        fprintf(stderr, "inferd: run: -m MODEL is required\n");
+        cmd_usage_error(&spec, "-m MODEL is required");
         goto usage;
     }
     if (text && !prompt) {
-        fprintf(stderr, "inferd: run: text prompts need the tokenizer, which this build does not "
-                        "have yet; pass token ids with --tokens\n");
+        cmd_usage_error(&spec, "text prompts need the tokenizer, which this build does not "
+                               "have yet; pass token ids with --tokens");
         goto usage;
     }
     if (!prompt) {
-        fprintf(stderr, "inferd: run: give a prompt with --tokens IDS\n");
+        cmd_usage_error(&spec, "give a prompt with --tokens IDS");
         goto usage;
     }
 
@@ -300,47 +256,42 @@ out_model:
     return rc;
 usage:
     free(prompt);
-    run_usage();
-    return 2;
+    return CMD_EXIT_USAGE;
 }
 
 int cmd_logits(int argc, char **argv)
 {
     const char *model_path = NULL, *out_path = NULL;
-    int32_t *toks = NULL;
-    int n_toks = 0;
+    struct cmd_ints tokens = {0};
     long threads = 1, chunk = 0;
     enum inferd_kv_type kvt = INFERD_KV_F16;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fprintf(stderr, "usage: inferd logits -m MODEL --tokens IDS -o OUT [--threads N] "
-                            "[--chunk N] [--kv f16|bf16|f32]\n"
-                            "writes float32 logits, shape (n_tokens, n_vocab), little-endian\n");
-            free(toks);
-            return 0;
-        }
-        if (!(val = arg_value(argc, argv, &i))) goto usage;
-        if (!strcmp(a, "-m"))
-            model_path = val;
-        else if (!strcmp(a, "-o"))
-            out_path = val;
-        else if (!strcmp(a, "--tokens")) {
-            free(toks);
-            if (!arg_tokens(a, val, &toks, &n_toks)) goto usage;
-        } else if (!strcmp(a, "--threads")) {
-            if (!arg_int(a, val, 1, 256, &threads)) goto usage;
-        } else if (!strcmp(a, "--chunk")) {
-            if (!arg_int(a, val, 1, 65536, &chunk)) goto usage;
-        } else if (!strcmp(a, "--kv")) {
-            if (!arg_kv(a, val, &kvt)) goto usage;
-        } else {
-            fprintf(stderr, "inferd: logits: unknown option '%s'\n", a);
-            goto usage;
-        }
+    const struct cmd_opt opts[] = {
+        CMD_OPT_STR("model", 'm', "FILE", "GGUF model (required)", &model_path),
+        CMD_OPT_INTS("tokens", 0, "IDS", "comma-separated token ids (required)", &tokens, 0,
+                     INT32_MAX),
+        CMD_OPT_STR("output", 'o', "FILE", "where the logits go (required)", &out_path),
+        CMD_OPT_INT("threads", 0, "N", "compute threads (default 1)", &threads, 1, 256),
+        CMD_OPT_INT("chunk", 0, "N", "tokens per forward step (default: all)", &chunk, 1, 65536),
+        CMD_OPT_ENUM("kv", 0, NULL, "KV cache type (default f16)", &kvt, cmd_kv_types),
+        CMD_OPT_END,
+    };
+    const struct cmd_spec spec = {
+        .name = "logits",
+        .synopsis = "-m MODEL --tokens IDS -o OUT [options]",
+        .about = "Writes float32 logits, shape (n_tokens, n_vocab), little-endian.",
+        .opts = opts,
+    };
+    int argi;
+    enum cmd_opt_result r = cmd_opt_parse(&spec, argc, argv, &argi);
+    int32_t *toks = tokens.v;
+    const int n_toks = tokens.n;
+    if (r != CMD_OPT_OK) {
+        free(toks);
+        return cmd_opt_exit(r);
     }
+    if (cmd_opt_operands_max(&spec, argc, argv, argi, 0)) goto usage;
     if (!model_path || !out_path || !toks) {
-        fprintf(stderr, "inferd: logits: -m, --tokens and -o are required\n");
+        cmd_usage_error(&spec, "-m, --tokens and -o are required");
         goto usage;
     }
     if (chunk == 0) chunk = n_toks;

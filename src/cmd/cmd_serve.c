@@ -1,143 +1,136 @@
 /*
  * cmd_serve.c - `inferd serve`: flags -> serve_config -> serve_run
  * (src/serve/serve.h).
+ *
+ * One table row per flag (cmd/opt.h): it names the flag, checks its value
+ * and stores it straight into the serve_config that serve_config_default
+ * filled, so a new serve setting is one field in serve.h plus one row here.
  */
-#include "cmd/args.h"
 #include "cmd/cmd.h"
+#include "cmd/opt.h"
 
 #include "base/log.h"
 #include "serve/serve.h"
 
 #include <stdio.h>
-#include <string.h>
+#include <stdlib.h>
 
-static void serve_usage(void)
+/* --prefill-ratio R: the config's -1 means off, which the flag spells 0;
+ * ratios in (0, 1] would forbid prefilling next to decodes at all. */
+static int set_prefill_ratio(void *dst, const char *spelling, const char *val, struct err_msg *m)
 {
-    fprintf(stderr, "usage: inferd serve [-m MODEL.gguf] [options]\n"
-                    "  -m, --model FILE        GGUF model to serve (default: a random-weight "
-                    "demo\n"
-                    "                          model made on first start in the data dir)\n"
-                    "  --name NAME             model id in the API (default: file name)\n"
-                    "  --host ADDR             listen address (default 127.0.0.1)\n"
-                    "  --port N                listen port (default 8080; 0 = any free "
-                    "port)\n"
-                    "  --data-dir DIR          stored responses, demo model (default "
-                    "./inferd-data)\n"
-                    "  --threads N             engine compute threads (default: all cores)\n"
-                    "  --ctx N                 context length per request (default "
-                    "min(trained, 4096))\n"
-                    "  --max-seqs N            sequences decoding at once (default 64)\n"
-                    "  --kv f16|bf16|f32       KV cache element type (default f16; bf16 "
-                    "halves attention's\n"
-                    "                          arithmetic on CPUs with AVX-512 BF16)\n"
-                    "  --kv-blocks N           KV cache blocks (default: fit ctx x "
-                    "max-seqs)\n"
-                    "  --token-budget N        tokens per engine step: decode tokens + prefill "
-                    "chunks (default 512)\n"
-                    "  --prefill-ratio R       a step that prefills next to decoding streams "
-                    "costs at most R\n"
-                    "                          decode-only steps, by measured step costs "
-                    "(default 2; 0: off,\n"
-                    "                          chunks fill the token budget)\n"
-                    "  --max-queue N           waiting sequences before 429 (default 256)\n"
-                    "  --max-open N            requests in progress before 503 (default "
-                    "1024)\n"
-                    "  --max-body BYTES        request body limit (default 8 MiB)\n"
-                    "  --max-headers BYTES     request header limit (default 64 KiB)\n"
-                    "  --idle-timeout S        connection read/write timeout (default 120)\n"
-                    "  --shutdown-timeout S    grace for in-flight requests on SIGTERM "
-                    "(default 30)\n"
-                    "  --api-key KEY           require 'Authorization: Bearer KEY' or "
-                    "'x-api-key'\n"
-                    "  --port-file FILE        write the bound port there once listening\n"
-                    "  -v, --verbose           debug logging\n");
+    float *ratio = dst;
+    char *end;
+    double r = strtod(val, &end);
+    if (end == val || *end || !(r == 0 || (r > 1 && r <= 1000)))
+        return err_set(m, ERR_INVALID, "%s: expected 0 (off) or a number in (1, 1000], got '%s'",
+                       spelling, val);
+    *ratio = r > 0 ? (float)r : -1.0f;
+    return 0;
 }
 
 int cmd_serve(int argc, char **argv)
 {
     struct serve_config c;
     serve_config_default(&c);
-    long n;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            serve_usage();
-            return 0;
-        }
-        if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
-            log_set_level(LOG_LEVEL_DEBUG);
-            continue;
-        }
-        if (!(v = arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            c.model_path = v;
-        } else if (!strcmp(a, "--name")) {
-            c.model_name = v;
-        } else if (!strcmp(a, "--host")) {
-            c.host = v;
-        } else if (!strcmp(a, "--data-dir")) {
-            c.data_dir = v;
-        } else if (!strcmp(a, "--api-key")) {
-            c.api_key = v;
-        } else if (!strcmp(a, "--port-file")) {
-            c.port_file = v;
-        } else if (!strcmp(a, "--port")) {
-            if (!arg_int(a, v, 0, 65535, &n)) return 2;
-            c.port = (int)n;
-        } else if (!strcmp(a, "--threads")) {
-            if (!arg_int(a, v, 0, 1024, &n)) return 2;
-            c.n_threads = (int)n;
-        } else if (!strcmp(a, "--ctx")) {
-            if (!arg_int(a, v, 16, 1 << 24, &n)) return 2;
-            c.max_ctx = (int)n;
-        } else if (!strcmp(a, "--max-seqs")) {
-            if (!arg_int(a, v, 1, 4096, &n)) return 2;
-            c.max_seqs = (int)n;
-        } else if (!strcmp(a, "--token-budget")) {
-            if (!arg_int(a, v, 16, 1 << 16, &n)) return 2;
-            c.token_budget = (int)n;
-        } else if (!strcmp(a, "--prefill-ratio")) {
-            double r;
-            if (!arg_float(a, v, 0, 1000, &r)) return 2;
-            if (r > 0 && r <= 1) {
-                fprintf(stderr, "inferd: serve: --prefill-ratio must be > 1 (or 0: off)\n");
-                return 2;
-            }
-            c.prefill_step_ratio = r > 0 ? (float)r : -1.0f;
-        } else if (!strcmp(a, "--kv")) {
-            if (!arg_kv(a, v, &c.kv_type)) return 2;
-        } else if (!strcmp(a, "--kv-blocks")) {
-            if (!arg_int(a, v, 1, 1 << 24, &n)) return 2;
-            c.kv_blocks = (int)n;
-        } else if (!strcmp(a, "--max-queue")) {
-            if (!arg_int(a, v, 1, 1 << 20, &n)) return 2;
-            c.max_queue = (int)n;
-        } else if (!strcmp(a, "--max-open")) {
-            if (!arg_int(a, v, 1, 1 << 20, &n)) return 2;
-            c.max_open = (int)n;
-        } else if (!strcmp(a, "--max-body")) {
-            if (!arg_int(a, v, 1024, 1L << 32, &n)) return 2;
-            c.max_body = (size_t)n;
-        } else if (!strcmp(a, "--max-headers")) {
-            if (!arg_int(a, v, 1024, 1L << 24, &n)) return 2;
-            c.max_headers = (size_t)n;
-        } else if (!strcmp(a, "--idle-timeout")) {
-            if (!arg_int(a, v, 1, 86400, &n)) return 2;
-            c.idle_timeout_s = (int)n;
-        } else if (!strcmp(a, "--shutdown-timeout")) {
-            if (!arg_int(a, v, 0, 86400, &n)) return 2;
-            c.shutdown_timeout_s = (int)n;
-        } else {
-            fprintf(stderr, "inferd serve: unknown option '%s'\n", a);
-            serve_usage();
-            return 2;
-        }
-    }
+    bool verbose = false;
+    const struct cmd_opt opts[] = {
+        CMD_OPT_STR("model", 'm', "FILE",
+                    "GGUF model to serve (default: a random-weight demo\n"
+                    "model made on first start in the data dir)",
+                    &c.model_path),
+        CMD_OPT_STR("name", 0, "NAME", "model id in the API (default: file name)", &c.model_name),
+        CMD_OPT_STR("host", 0, "ADDR", "listen address (default 127.0.0.1)", &c.host),
+        CMD_OPT_INT("port", 0, "N", "listen port (default 8080; 0 = any free port)", &c.port, 0,
+                    65535),
+        CMD_OPT_STR("data-dir", 0, "DIR", "stored responses, demo model (default ./inferd-data)",
+                    &c.data_dir),
+        CMD_OPT_INT("threads", 0, "N", "engine compute threads (default: all cores)", &c.n_threads,
+                    0, 1024),
+        CMD_OPT_INT("ctx", 0, "N", "context length per request (default min(trained, 4096))",
+                    &c.max_ctx, 16, 1 << 24),
+        CMD_OPT_INT("max-seqs", 0, "N", "sequences decoding at once (default 64)", &c.max_seqs, 1,
+                    4096),
+        CMD_OPT_ENUM("kv", 0, NULL,
+                     "KV cache element type (default f16; bf16 halves\n"
+                     "attention's arithmetic on CPUs with AVX-512 BF16)",
+                     &c.kv_type, cmd_kv_types),
+        CMD_OPT_INT("kv-blocks", 0, "N", "KV cache blocks (default: fit ctx x max-seqs)",
+                    &c.kv_blocks, 1, 1 << 24),
+        CMD_OPT_INT("token-budget", 0, "N",
+                    "tokens per engine step: decode tokens + prefill\nchunks (default 512)",
+                    &c.token_budget, 16, 1 << 16),
+        CMD_OPT_CALL("prefill-ratio", 0, "R",
+                     "a step that prefills next to decoding streams costs\n"
+                     "at most R decode-only steps, by measured step costs\n"
+                     "(default 2; 0: off, chunks fill the token budget)",
+                     set_prefill_ratio, &c.prefill_step_ratio),
+        CMD_OPT_INT("max-queue", 0, "N", "waiting sequences before 429 (default 256)", &c.max_queue,
+                    1, 1 << 20),
+        CMD_OPT_INT("max-open", 0, "N", "requests in progress before 503 (default 1024)",
+                    &c.max_open, 1, 1 << 20),
+        CMD_OPT_INT("max-body", 0, "BYTES", "request body limit (default 8 MiB)", &c.max_body, 1024,
+                    1L << 32),
+        CMD_OPT_INT("max-headers", 0, "BYTES", "request header limit (default 64 KiB)",
+                    &c.max_headers, 1024, 1L << 24),
+        CMD_OPT_INT("max-conns", 0, "N", "open connections before 503 (default 4096)", &c.max_conns,
+                    1, 1 << 20),
+        CMD_OPT_INT("max-conns-per-client", 0, "N",
+                    "open connections from one address before 429\n(default 512)",
+                    &c.max_conns_per_client, 1, 1 << 20),
+        CMD_OPT_INT("header-timeout", 0, "S",
+                    "the whole request head must arrive within S seconds\n(default 10)",
+                    &c.header_timeout_s, 1, 3600),
+        CMD_OPT_INT("body-timeout", 0, "S",
+                    "the whole body must arrive within S seconds after\nthe head (default 60)",
+                    &c.body_timeout_s, 1, 86400),
+        CMD_OPT_INT("idle-timeout", 0, "S",
+                    "a keep-alive connection with no request closes after\nS seconds (default 120)",
+                    &c.idle_timeout_s, 1, 86400),
+        CMD_OPT_INT("write-timeout", 0, "S",
+                    "a client that reads nothing for S seconds is gone;\nits requests are "
+                    "cancelled (default 30)",
+                    &c.write_timeout_s, 1, 86400),
+        CMD_OPT_INT("stream-buffer", 0, "BYTES",
+                    "output queued to a client before its stream pauses\n(default 256 KiB)",
+                    &c.stream_buffer, 4096, 1L << 30),
+        CMD_OPT_STR("cors-origin", 0, "LIST",
+                    "web origins allowed besides the server's own,\ncomma-separated ('*': any; "
+                    "default none)",
+                    &c.cors_origins),
+        CMD_OPT_INT("prep-threads", 0, "N",
+                    "request preparation threads: decoding, templates,\ntokenizing (default 2)",
+                    &c.prep_threads, 1, 256),
+        CMD_OPT_INT("store-ttl", 0, "S",
+                    "stored responses expire after S seconds (default\n30 days; 0: never)",
+                    &c.store_ttl_s, 0, 1L << 40),
+        CMD_OPT_INT("store-max-bytes", 0, "BYTES",
+                    "the most one stored response may take, with its\nconversation "
+                    "(default 16 MiB)",
+                    &c.store_max_bytes, 1024, 1L << 34),
+        CMD_OPT_INT("shutdown-timeout", 0, "S",
+                    "grace for in-flight requests on SIGTERM (default 30)", &c.shutdown_timeout_s,
+                    0, 86400),
+        CMD_OPT_STR("api-key", 0, "KEY", "require 'Authorization: Bearer KEY' or 'x-api-key'",
+                    &c.api_key),
+        CMD_OPT_STR("port-file", 0, "FILE", "write the bound port there once listening",
+                    &c.port_file),
+        CMD_OPT_FLAG("verbose", 'v', "debug logging", &verbose),
+        CMD_OPT_END,
+    };
+    const struct cmd_spec spec = {
+        .name = "serve", .synopsis = "[-m MODEL.gguf] [options]", .opts = opts};
+    int argi;
+    enum cmd_opt_result r = cmd_opt_parse(&spec, argc, argv, &argi);
+    if (r != CMD_OPT_OK) return cmd_opt_exit(r);
+    if (cmd_opt_operands_max(&spec, argc, argv, argi, 0)) return CMD_EXIT_USAGE;
+    if (verbose) log_set_level(LOG_LEVEL_DEBUG);
+
     struct err_msg msg = {{0}};
     int rc = serve_run(&c, &msg);
     if (rc) {
         fprintf(stderr, "inferd serve: %s\n", msg.text[0] ? msg.text : err_str(rc));
-        return 1;
+        return CMD_EXIT_FAIL;
     }
-    return 0;
+    return CMD_EXIT_OK;
 }

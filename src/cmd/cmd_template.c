@@ -21,7 +21,7 @@
 #include "base/buf.h"
 #include "base/check.h"
 #include "base/timeutil.h"
-#include "cmd/args.h"
+#include "cmd/opt.h"
 #include "gguf/gguf.h"
 #include "model/chat_template.h"
 
@@ -31,28 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static void usage(FILE *out)
-{
-    fprintf(
-        out,
-        "usage: inferd template (-m MODEL.gguf | --template FILE | --tokenizer DIR)\n"
-        "                       --messages FILE [--tools FILE] [--no-generation-prompt]\n"
-        "                       [--kwargs JSON] [--bos TEXT] [--eos TEXT]\n"
-        "                       [--batch FILE.jsonl] [--bench N]\n"
-        "\n"
-        "Prints the prompt the model's chat template makes of a conversation.\n"
-        "  -m MODEL          GGUF model: tokenizer.chat_template, bos/eos from its vocabulary\n"
-        "  --template FILE   a Jinja template file (bos/eos from --bos / --eos, default \"\")\n"
-        "  --tokenizer DIR   a Hugging Face tokenizer dir (tokenizer_config.json)\n"
-        "  --messages FILE   JSON array of messages, or {\"messages\": [...], \"tools\": [...]}\n"
-        "  --tools FILE      JSON array of tool definitions\n"
-        "  --kwargs JSON     extra template variables, e.g. '{\"enable_thinking\": false}'\n"
-        "  --no-generation-prompt   do not open an assistant turn at the end\n"
-        "  --batch FILE      JSONL cases in, JSON lines {\"text\"} / {\"error\"} out\n"
-        "  --bench N         render N times and print the time per render\n"
-        "strftime_now uses INFERD_TEMPLATE_NOW (seconds since the epoch, UTC) when set.\n");
-}
 
 static char *read_file(const char *path, size_t *len)
 {
@@ -196,52 +174,48 @@ int cmd_template(int argc, char **argv)
     const char *bos = "", *eos = "";
     bool gen_prompt = true;
     long bench = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char **dst = NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            dst = &model;
-        } else if (!strcmp(a, "--template")) {
-            dst = &tpl;
-        } else if (!strcmp(a, "--tokenizer")) {
-            dst = &tokdir;
-        } else if (!strcmp(a, "--messages")) {
-            dst = &messages_path;
-        } else if (!strcmp(a, "--tools")) {
-            dst = &tools_path;
-        } else if (!strcmp(a, "--kwargs")) {
-            dst = &kwargs_text;
-        } else if (!strcmp(a, "--bos")) {
-            dst = &bos;
-        } else if (!strcmp(a, "--eos")) {
-            dst = &eos;
-        } else if (!strcmp(a, "--batch")) {
-            dst = &batch;
-        } else if (!strcmp(a, "--no-generation-prompt")) {
-            gen_prompt = false;
-            continue;
-        } else if (!strcmp(a, "--bench")) {
-            const char *v = arg_value(argc, argv, &i);
-            if (!v || !arg_int("--bench", v, 1, 100000000, &bench)) return 2;
-            continue;
-        } else {
-            fprintf(stderr, "inferd template: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (!(*dst = arg_value(argc, argv, &i))) return 2;
-    }
-    if (!!model + !!tpl + !!tokdir != 1) {
-        fprintf(stderr, "inferd template: give exactly one of -m, --template, --tokenizer\n");
-        return 2;
-    }
-    if (!messages_path && !batch) {
-        fprintf(stderr, "inferd template: --messages FILE (or --batch FILE) is required\n");
-        return 2;
-    }
+    const struct cmd_opt opts[] = {
+        CMD_OPT_STR("model", 'm', "FILE",
+                    "GGUF model: tokenizer.chat_template, bos/eos from its vocabulary", &model),
+        CMD_OPT_STR("template", 0, "FILE",
+                    "a Jinja template file (bos/eos from --bos / --eos, default \"\")", &tpl),
+        CMD_OPT_STR("tokenizer", 0, "DIR", "a Hugging Face tokenizer dir (tokenizer_config.json)",
+                    &tokdir),
+        CMD_OPT_STR("messages", 0, "FILE",
+                    "JSON array of messages, or {\"messages\": [...], \"tools\": [...]}",
+                    &messages_path),
+        CMD_OPT_STR("tools", 0, "FILE", "JSON array of tool definitions", &tools_path),
+        CMD_OPT_STR("kwargs", 0, "JSON",
+                    "extra template variables, e.g. '{\"enable_thinking\": false}'", &kwargs_text),
+        CMD_OPT_SET("no-generation-prompt", 0, "do not open an assistant turn at the end",
+                    &gen_prompt, false),
+        CMD_OPT_STR("bos", 0, "TEXT", "bos_token for --template", &bos),
+        CMD_OPT_STR("eos", 0, "TEXT", "eos_token for --template", &eos),
+        CMD_OPT_STR("batch", 0, "FILE", "JSONL cases in, JSON lines {\"text\"} / {\"error\"} out",
+                    &batch),
+        CMD_OPT_INT("bench", 0, "N", "render N times and print the time per render", &bench, 1,
+                    100000000),
+        CMD_OPT_END,
+    };
+    const struct cmd_spec spec = {
+        .name = "template",
+        .synopsis = "(-m MODEL.gguf | --template FILE | --tokenizer DIR)\n"
+                    "--messages FILE [--tools FILE] [--no-generation-prompt]\n"
+                    "[--kwargs JSON] [--bos TEXT] [--eos TEXT]\n"
+                    "[--batch FILE.jsonl] [--bench N]",
+        .about = "Prints the prompt the model's chat template makes of a conversation.",
+        .epilog =
+            "strftime_now uses INFERD_TEMPLATE_NOW (seconds since the epoch, UTC) when set.\n",
+        .opts = opts,
+    };
+    int argi;
+    enum cmd_opt_result r = cmd_opt_parse(&spec, argc, argv, &argi);
+    if (r != CMD_OPT_OK) return cmd_opt_exit(r);
+    if (cmd_opt_operands_max(&spec, argc, argv, argi, 0)) return CMD_EXIT_USAGE;
+    if (!!model + !!tpl + !!tokdir != 1)
+        return cmd_usage_error(&spec, "give exactly one of -m, --template, --tokenizer");
+    if (!messages_path && !batch)
+        return cmd_usage_error(&spec, "--messages FILE (or --batch FILE) is required");
 
     struct chat_template *ct = NULL;
     struct err_msg msg = {{0}};

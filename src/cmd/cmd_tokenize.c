@@ -2,7 +2,7 @@
  * cmd_tokenize.c - `inferd tokenize`: text -> token ids with a model's
  * tokenizer, for operators checking a prompt and for the differential tests.
  *
- *   inferd tokenize -m MODEL.gguf [--ids|--pieces] [--special] TEXT
+ *   inferd tokenize -m MODEL.gguf [--ids|--pieces] [--special] [--] TEXT
  *   inferd tokenize --tokenizer DIR ...            (a tokenizer.json dir)
  *   inferd tokenize ... --batch FILE.jsonl          one JSON string per line in,
  *                                                   one JSON id array per line out
@@ -18,7 +18,7 @@
 
 #include "base/buf.h"
 #include "base/check.h"
-#include "cmd/args.h"
+#include "cmd/opt.h"
 #include "gguf/gguf.h"
 #include "model/tokenizer/tokenizer.h"
 
@@ -27,26 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: inferd tokenize (-m MODEL.gguf | --tokenizer DIR) [options] [TEXT]\n"
-            "\n"
-            "Prints the token ids of TEXT (a JSON array) as the model's tokenizer makes them.\n"
-            "\n"
-            "options:\n"
-            "  -m, --model FILE    GGUF model whose tokenizer to use\n"
-            "  --tokenizer DIR     a directory with tokenizer.json and tokenizer_config.json\n"
-            "  --ids               print ids (default)\n"
-            "  --pieces            print the vocabulary entries instead of ids\n"
-            "  --special           match special-token text (\"<|im_end|>\") as special tokens\n"
-            "  --add-special       add BOS / EOS as the model's config says\n"
-            "  --batch FILE        one JSON string per line -> one JSON id array per line\n"
-            "  --decode            with --batch: JSON id arrays -> JSON strings (checks that\n"
-            "                      stream decoding gives the same text)\n"
-            "  --skip-special      with --decode: drop control tokens\n");
-}
 
 /* Writes s as a JSON string: UTF-8 passes through, invalid bytes become
  * U+FFFD (the text is for comparison, not for round trips of raw bytes). */
@@ -257,49 +237,43 @@ int cmd_tokenize(int argc, char **argv)
     bool pieces = false, decode = false, skip = false;
     unsigned flags = 0;
     long repeat = 5;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = arg_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--tokenizer")) {
-            if (!(dir = arg_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--batch")) {
-            if (!(batch = arg_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--bench")) { /* hidden: bench/tokenizer */
-            if (!(bench = arg_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--repeat")) {
-            const char *v = arg_value(argc, argv, &i);
-            if (!v || !arg_int("--repeat", v, 1, 1000000, &repeat)) return 2;
-        } else if (!strcmp(a, "--ids")) {
-            pieces = false;
-        } else if (!strcmp(a, "--pieces")) {
-            pieces = true;
-        } else if (!strcmp(a, "--special")) {
-            flags |= TOKENIZER_PARSE_SPECIAL;
-        } else if (!strcmp(a, "--add-special")) {
-            flags |= TOKENIZER_ADD_SPECIAL;
-        } else if (!strcmp(a, "--decode")) {
-            decode = true;
-        } else if (!strcmp(a, "--skip-special")) {
-            skip = true;
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "inferd tokenize: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        } else if (!text) {
-            text = a;
-        } else {
-            fprintf(stderr, "inferd tokenize: give the text as one argument\n");
-            return 2;
-        }
-    }
-    if (!model == !dir || (!text && !batch && !bench)) {
-        usage(stderr);
-        return 2;
-    }
+    const struct cmd_opt opts[] = {
+        CMD_OPT_STR("model", 'm', "FILE", "GGUF model whose tokenizer to use", &model),
+        CMD_OPT_STR("tokenizer", 0, "DIR",
+                    "a directory with tokenizer.json and tokenizer_config.json", &dir),
+        CMD_OPT_SET("ids", 0, "print ids (default)", &pieces, false),
+        CMD_OPT_SET("pieces", 0, "print the vocabulary entries instead of ids", &pieces, true),
+        CMD_OPT_BITS("special", 0, "match special-token text (\"<|im_end|>\") as special tokens",
+                     &flags, TOKENIZER_PARSE_SPECIAL),
+        CMD_OPT_BITS("add-special", 0, "add BOS / EOS as the model's config says", &flags,
+                     TOKENIZER_ADD_SPECIAL),
+        CMD_OPT_STR("batch", 0, "FILE", "one JSON string per line -> one JSON id array per line",
+                    &batch),
+        CMD_OPT_FLAG("decode", 0,
+                     "with --batch: JSON id arrays -> JSON strings (checks that\n"
+                     "stream decoding gives the same text)",
+                     &decode),
+        CMD_OPT_FLAG("skip-special", 0, "with --decode: drop control tokens", &skip),
+        /* hidden: bench/tokenizer */
+        CMD_OPT_STR("bench", 0, "FILE", NULL, &bench),
+        CMD_OPT_INT("repeat", 0, "N", NULL, &repeat, 1, 1000000),
+        CMD_OPT_END,
+    };
+    const struct cmd_spec spec = {
+        .name = "tokenize",
+        .synopsis = "(-m MODEL.gguf | --tokenizer DIR) [options] [--] [TEXT]",
+        .about =
+            "Prints the token ids of TEXT (a JSON array) as the model's tokenizer makes them.\n"
+            "TEXT may begin with '-' after '--'.",
+        .opts = opts,
+    };
+    int argi;
+    enum cmd_opt_result r = cmd_opt_parse(&spec, argc, argv, &argi);
+    if (r != CMD_OPT_OK) return cmd_opt_exit(r);
+    if (argc - argi > 1) return cmd_usage_error(&spec, "give the text as one argument");
+    if (argi < argc) text = argv[argi];
+    if (!model == !dir) return cmd_usage_error(&spec, "give one of -m MODEL and --tokenizer DIR");
+    if (!text && !batch && !bench) return cmd_usage_error(&spec, "give a TEXT or --batch FILE");
     struct tokenizer *t;
     if (load(model, dir, &t)) return 1;
     int status;

@@ -3,6 +3,7 @@
  */
 #include "cmd/cmd.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -46,8 +47,10 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "model")) {
         if (argc >= 3 && !strcmp(argv[2], "info")) return cmd_model_info(argc - 2, argv + 2);
         if (argc >= 3 && !strcmp(argv[2], "make")) return cmd_model_make(argc - 2, argv + 2);
-        fprintf(stderr, "usage: inferd model info FILE | inferd model make [options]\n");
-        return 2;
+        bool help = argc >= 3 && (!strcmp(argv[2], "-h") || !strcmp(argv[2], "--help"));
+        fprintf(help ? stdout : stderr,
+                "usage: inferd model info FILE | inferd model make [options]\n");
+        return help ? 0 : 2;
     }
     fprintf(stderr, "inferd: unknown command '%s'\n\n", cmd);
     usage(stderr);

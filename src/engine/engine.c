@@ -110,6 +110,7 @@ struct req {
     int max_tokens;           /* generation limit */
     bool ignore_eos;          /* do not stop at end-of-generation tokens */
     bool admitted;            /* was admitted at least once */
+    bool paused;              /* inferd_pause: not scheduled (its KV stays) */
     double t_submit;          /* time_now_s() at submit */
     double queue_s;           /* submit -> first admission, seconds */
     int n_cached_prompt;      /* usage: prompt tokens attached at first admission */
@@ -663,6 +664,18 @@ static void finish(struct inferd_engine *e, struct req *q, enum inferd_finish wh
     e->stats.n_cancelled += why == INFERD_FINISH_CANCELLED;
 }
 
+int inferd_pause(inferd_engine *e, uint64_t id, bool paused)
+{
+    for (int i = 0; i < e->n_reqs; i++) {
+        struct req *q = e->reqs[i];
+        if (q->id != id) continue;
+        if (q->state == REQ_STATE_FINISHED) return ERR_NOT_FOUND;
+        q->paused = paused;
+        return 0;
+    }
+    return ERR_NOT_FOUND;
+}
+
 int inferd_cancel(inferd_engine *e, uint64_t id)
 {
     for (int i = 0; i < e->n_reqs; i++) {
@@ -876,7 +889,8 @@ int inferd_engine_step(inferd_engine *e)
     int top_decode_priority = INT_MIN; /* highest priority decoding in this step */
     for (int i = 0; i < e->n_reqs && n_batch < budget; i++) {
         struct req *q = e->order[i];
-        if (q->state != REQ_STATE_RUNNING || q->n_tokens - q->n_computed != 1) continue;
+        if (q->state != REQ_STATE_RUNNING || q->paused || q->n_tokens - q->n_computed != 1)
+            continue;
         if (batch_add_preempting(e, q, 1, &n_batch, &n_seqs))
             top_decode_priority = MAX(top_decode_priority, q->priority);
     }
@@ -895,7 +909,7 @@ int inferd_engine_step(inferd_engine *e)
         struct req *q = e->order[i];
         const int cap = q->priority > top_decode_priority ? budget : limit;
         if (n_batch >= cap) break; /* the rest rank no higher: same cap */
-        if (q->batch_seq >= 0 || q->state == REQ_STATE_FINISHED) continue;
+        if (q->batch_seq >= 0 || q->state == REQ_STATE_FINISHED || q->paused) continue;
         int hit = -1; /* blocks attached if q is admitted now */
         if (q->state == REQ_STATE_WAITING) {
             /* A request preempted in this step waits for the next one:

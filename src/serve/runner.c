@@ -24,7 +24,7 @@
 
 const int runner_step_bounds[RUNNER_STEP_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 128, 512, 1 << 30};
 
-enum cmd_kind { CMD_SUBMIT, CMD_CANCEL };
+enum cmd_kind { CMD_SUBMIT, CMD_CANCEL, CMD_PAUSE, CMD_RESUME };
 
 struct runner_cmd {
     enum cmd_kind kind;        /* submit or cancel */
@@ -64,9 +64,14 @@ static void free_cmd(struct runner_cmd *c)
 
 static void apply(struct runner *r, struct thread_state *t, struct runner_cmd *c)
 {
-    if (c->kind == CMD_CANCEL) {
-        for (size_t i = 0; i < t->n_live; i++)
-            if (t->live[i].tag == c->tag) inferd_cancel(r->engine, t->live[i].id);
+    if (c->kind != CMD_SUBMIT) {
+        for (size_t i = 0; i < t->n_live; i++) {
+            if (t->live[i].tag != c->tag) continue;
+            if (c->kind == CMD_CANCEL)
+                inferd_cancel(r->engine, t->live[i].id);
+            else
+                inferd_pause(r->engine, t->live[i].id, c->kind == CMD_PAUSE);
+        }
         return;
     }
     uint64_t id;
@@ -275,6 +280,12 @@ void runner_submit(struct runner *r, uint64_t tag, const struct inferd_request *
 void runner_cancel(struct runner *r, uint64_t tag)
 {
     struct runner_cmd c = {.kind = CMD_CANCEL, .tag = tag};
+    push_cmd(r, &c);
+}
+
+void runner_pause(struct runner *r, uint64_t tag, bool paused)
+{
+    struct runner_cmd c = {.kind = paused ? CMD_PAUSE : CMD_RESUME, .tag = tag};
     push_cmd(r, &c);
 }
 

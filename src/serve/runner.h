@@ -74,6 +74,9 @@ void runner_stop(struct runner *r);
 /* Queues a copy of req (prompt and logit bias copied) under tag. */
 void runner_submit(struct runner *r, uint64_t tag, const struct inferd_request *req);
 void runner_cancel(struct runner *r, uint64_t tag);
+/* Pauses or resumes the tag's request (inferd_pause); unknown tags are
+ * ignored. */
+void runner_pause(struct runner *r, uint64_t tag, bool paused);
 /* Moves every pending message into *msgs (a vector the caller reuses: *cap
  * grows as needed) and returns the count. Also clears the eventfd. */
 size_t runner_drain(struct runner *r, struct runner_msg **msgs, size_t *cap);

@@ -1,11 +1,12 @@
 /*
  * serve.h - `inferd serve`: the HTTP API server in one process.
  *
- * Threads: the caller's thread runs the libevent loop (HTTP, request
- * decoding, templates, tokenization, detokenization, stop strings,
- * encoding, SQLite); the runner thread (runner.h) owns the engine; the
- * engine's compute pool works inside each step. See server.c for the path of
- * one request.
+ * Threads: the caller's thread runs the libevent loop (the connection layer
+ * src/net/http.h, routing, detokenization, stop strings, encoding); prep
+ * threads decode, render and tokenize requests; one store thread writes
+ * stored responses (SQLite); the runner thread (runner.h) owns the engine;
+ * the engine's compute pool works inside each step. server_impl.h has the
+ * path of one request.
  */
 #ifndef INFERD_SERVE_SERVE_H
 #define INFERD_SERVE_SERVE_H
@@ -15,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct serve_config {
     const char *host;            /* listen address */
@@ -33,9 +35,20 @@ struct serve_config {
                                     < 0: off) */
     int max_queue;               /* waiting sequences before 429 */
     int max_open;                /* HTTP requests in progress before 503 */
+    int max_conns;               /* open connections before 503 */
+    int max_conns_per_client;    /* open connections from one address before 429 */
     size_t max_body;             /* request body bytes */
     size_t max_headers;          /* request header bytes */
-    int idle_timeout_s;          /* connection read/write timeout */
+    int header_timeout_s;        /* the whole request head must arrive within this */
+    int body_timeout_s;          /* the whole body within this after the head */
+    int idle_timeout_s;          /* keep-alive: a connection with no request closes after this */
+    int write_timeout_s;         /* a client that reads nothing for this long is gone */
+    size_t stream_buffer;        /* output bytes queued to a client before its stream pauses */
+    const char *cors_origins;    /* comma-separated web origins allowed besides the server's own
+                                    ("*": any), or NULL */
+    int prep_threads;            /* request preparation threads (0: 2) */
+    int64_t store_ttl_s;         /* stored responses expire after this (0: never) */
+    size_t store_max_bytes;      /* the most one stored response (with its conversation) takes */
     int shutdown_timeout_s;      /* grace for in-flight requests on SIGINT/SIGTERM */
     const char *port_file;       /* write the bound port here once listening (tests) */
 };

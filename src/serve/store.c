@@ -1,10 +1,15 @@
 /*
  * store.c - stored responses in SQLite (see store.h).
+ *
+ * One connection, its statements prepared once, one mutex around every
+ * operation: SQLite's own serialized mode would make each call safe but not
+ * a reset-bind-step-reset sequence on a shared statement.
  */
 #include "serve/store.h"
 
 #include "base/check.h"
 
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,22 +17,36 @@
 #include <time.h>
 
 struct store {
-    sqlite3 *db;       /* the connection */
-    sqlite3_stmt *put; /* INSERT OR REPLACE */
-    sqlite3_stmt *get; /* SELECT by id */
-    sqlite3_stmt *del; /* DELETE by id */
+    pthread_mutex_t mu;  /* one operation at a time */
+    sqlite3 *db;         /* the connection */
+    sqlite3_stmt *put;   /* INSERT OR REPLACE */
+    sqlite3_stmt *get;   /* SELECT by id, unexpired */
+    sqlite3_stmt *del;   /* DELETE by id */
+    sqlite3_stmt *purge; /* DELETE expired */
+    int64_t ttl_s;       /* retention; 0: forever */
+    size_t max_bytes;    /* response + conversation bytes per row; 0: no limit */
 };
+
+/* Rows created before this are expired (INT64_MIN: none). */
+static int64_t cutoff(const struct store *s)
+{
+    return s->ttl_s > 0 ? (int64_t)time(NULL) - s->ttl_s : INT64_MIN;
+}
 
 static int db_fail(sqlite3 *db, struct err_msg *msg, const char *what)
 {
     return err_set(msg, ERR_INTERNAL, "responses store: %s: %s", what, sqlite3_errmsg(db));
 }
 
-int store_open(const char *dir, struct store **out, struct err_msg *msg)
+int store_open(const char *dir, int64_t ttl_s, size_t max_bytes, struct store **out,
+               struct err_msg *msg)
 {
     char path[4096];
     snprintf(path, sizeof(path), "%s/responses.db", dir);
     struct store *s = xcalloc(1, sizeof(*s));
+    pthread_mutex_init(&s->mu, NULL);
+    s->ttl_s = ttl_s;
+    s->max_bytes = max_bytes;
     int rc;
     if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
         SQLITE_OK) {
@@ -36,8 +55,10 @@ int store_open(const char *dir, struct store **out, struct err_msg *msg)
         goto fail;
     }
     sqlite3_busy_timeout(s->db, 2000);
+    /* synchronous=FULL: a row is on disk before store_put returns, and the
+     * client is told a response is stored only after that. */
     const char *schema = "PRAGMA journal_mode=WAL;"
-                         "PRAGMA synchronous=NORMAL;"
+                         "PRAGMA synchronous=FULL;"
                          "CREATE TABLE IF NOT EXISTS responses ("
                          " id TEXT PRIMARY KEY,"
                          " created INTEGER NOT NULL,"
@@ -51,9 +72,13 @@ int store_open(const char *dir, struct store **out, struct err_msg *msg)
                            "INSERT OR REPLACE INTO responses(id, created, response, "
                            "conversation) VALUES (?, ?, ?, ?)",
                            -1, &s->put, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(s->db, "SELECT response, conversation FROM responses WHERE id = ?", -1,
-                           &s->get, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(s->db,
+                           "SELECT response, conversation FROM responses WHERE id = ? AND "
+                           "created >= ?",
+                           -1, &s->get, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(s->db, "DELETE FROM responses WHERE id = ?", -1, &s->del, NULL) !=
+            SQLITE_OK ||
+        sqlite3_prepare_v2(s->db, "DELETE FROM responses WHERE created < ?", -1, &s->purge, NULL) !=
             SQLITE_OK) {
         rc = db_fail(s->db, msg, "prepare");
         goto fail;
@@ -71,13 +96,22 @@ void store_close(struct store *s)
     sqlite3_finalize(s->put);
     sqlite3_finalize(s->get);
     sqlite3_finalize(s->del);
+    sqlite3_finalize(s->purge);
     if (s->db) sqlite3_close(s->db);
+    pthread_mutex_destroy(&s->mu);
     free(s);
 }
 
 int store_put(struct store *s, const char *id, const char *response, const char *conversation,
               struct err_msg *msg)
 {
+    size_t bytes = strlen(response) + strlen(conversation);
+    if (s->max_bytes && bytes > s->max_bytes)
+        return err_set(msg, ERR_TOO_LARGE,
+                       "the response and its conversation take %zu bytes; this server stores at "
+                       "most %zu per response (store: false keeps it unstored)",
+                       bytes, s->max_bytes);
+    pthread_mutex_lock(&s->mu);
     sqlite3_reset(s->put);
     sqlite3_bind_text(s->put, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s->put, 2, (sqlite3_int64)time(NULL));
@@ -85,14 +119,17 @@ int store_put(struct store *s, const char *id, const char *response, const char 
     sqlite3_bind_text(s->put, 4, conversation, -1, SQLITE_STATIC);
     int rc = sqlite3_step(s->put) == SQLITE_DONE ? 0 : db_fail(s->db, msg, "insert");
     sqlite3_reset(s->put);
+    pthread_mutex_unlock(&s->mu);
     return rc;
 }
 
 int store_get(struct store *s, const char *id, char **response, char **conversation,
               struct err_msg *msg)
 {
+    pthread_mutex_lock(&s->mu);
     sqlite3_reset(s->get);
     sqlite3_bind_text(s->get, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s->get, 2, (sqlite3_int64)cutoff(s));
     int st = sqlite3_step(s->get), rc = 0;
     if (st == SQLITE_ROW) {
         if (response) *response = xstrdup((const char *)sqlite3_column_text(s->get, 0));
@@ -103,16 +140,33 @@ int store_get(struct store *s, const char *id, char **response, char **conversat
         rc = db_fail(s->db, msg, "select");
     }
     sqlite3_reset(s->get);
+    pthread_mutex_unlock(&s->mu);
     return rc;
 }
 
 int store_delete(struct store *s, const char *id, struct err_msg *msg)
 {
+    pthread_mutex_lock(&s->mu);
     sqlite3_reset(s->del);
     sqlite3_bind_text(s->del, 1, id, -1, SQLITE_STATIC);
     int rc = sqlite3_step(s->del) == SQLITE_DONE ? 0 : db_fail(s->db, msg, "delete");
     if (!rc && sqlite3_changes(s->db) == 0)
         rc = err_set(msg, ERR_NOT_FOUND, "no stored response with id '%.80s'", id);
     sqlite3_reset(s->del);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int store_purge(struct store *s, int *n_removed, struct err_msg *msg)
+{
+    *n_removed = 0;
+    if (s->ttl_s <= 0) return 0;
+    pthread_mutex_lock(&s->mu);
+    sqlite3_reset(s->purge);
+    sqlite3_bind_int64(s->purge, 1, (sqlite3_int64)cutoff(s));
+    int rc = sqlite3_step(s->purge) == SQLITE_DONE ? 0 : db_fail(s->db, msg, "purge");
+    if (!rc) *n_removed = sqlite3_changes(s->db);
+    sqlite3_reset(s->purge);
+    pthread_mutex_unlock(&s->mu);
     return rc;
 }

@@ -2,12 +2,12 @@
 
 Usage: http_robustness.py PORT. Prints one "ok"/"FAIL" line per check and
 exits 1 on any failure. The server runs with --idle-timeout 2 and
---max-headers 8192 (see test_http_robustness.sh).
+--header-timeout 2 --max-headers 8192 (see test_http_robustness.sh).
 
 Checks: malformed request lines and headers get a 4xx (never a crash or a
 silent drop), oversized headers and bodies are refused, unsupported methods
 are refused, a client that sends half a request and stalls (slowloris) is
-disconnected after the idle timeout while others are served meanwhile, a
+disconnected at the header deadline while others are served meanwhile, a
 client that vanishes mid-stream does not disturb the server, and after
 everything /health still answers.
 """
@@ -88,7 +88,7 @@ check(status(r) == 200 and b"text_completion" in r, f"chunked request body -> {s
 check(health(), "server healthy after malformed requests")
 
 # Slowloris: half a request, then silence. The server must drop it after the
-# idle timeout, and keep serving others in the meantime.
+# header deadline, and keep serving others in the meantime.
 slow = socket.create_connection(("127.0.0.1", PORT), timeout=10)
 slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
 t0 = time.time()
@@ -99,7 +99,7 @@ try:
 except (ConnectionResetError, socket.timeout):
     got = b""
 elapsed = time.time() - t0
-check(elapsed < 8, f"stalled client dropped after {elapsed:.1f} s (idle timeout 2 s)")
+check(elapsed < 8, f"stalled client dropped after {elapsed:.1f} s (header deadline 2 s)")
 slow.close()
 
 # Vanishing clients: streams abandoned mid-flight, and requests abandoned

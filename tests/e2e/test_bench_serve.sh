@@ -85,6 +85,6 @@ pid=
 # A KV type the server does not have: exit status 2 and a message naming it.
 rc=0; "$INFERD_BIN" serve -m "$m" --port 0 --data-dir "$work/data" --kv f8 >"$work/bad.log" 2>&1 ||
     rc=$?
-if [ "$rc" -eq 2 ] && grep -q "^inferd: --kv: expected f16, bf16 or f32, got 'f8'" "$work/bad.log"
+if [ "$rc" -eq 2 ] && grep -q "^inferd serve: --kv: expected f16, bf16 or f32, got 'f8'" "$work/bad.log"
 then ok "serve --kv f8: a clear error"; else fail "serve --kv f8: rc $rc"; cat "$work/bad.log"; fi
 finish

@@ -16,7 +16,7 @@ cleanup() {
 trap cleanup EXIT
 
 "$INFERD_BIN" serve -m "$m" --port 0 --port-file "$work/port" --data-dir "$work/data" \
-    --threads 2 --ctx 4096 --idle-timeout 2 --max-headers 8192 --max-body 65536 \
+    --threads 2 --ctx 4096 --idle-timeout 2 --header-timeout 2 --max-headers 8192 --max-body 65536 \
     --shutdown-timeout 8 >"$work/log" 2>&1 &
 pid=$!
 for _ in $(seq 1 300); do [ -s "$work/port" ] && break; sleep 0.1; done

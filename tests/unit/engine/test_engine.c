@@ -205,6 +205,72 @@ TEST(cancel_frees_blocks)
     inferd_engine_free(e);
 }
 
+TEST(pause_holds_a_request_and_changes_nothing)
+{
+    /* Alone: the reference tokens. */
+    int32_t ref[40], got[40];
+    float ref_lp[40], got_lp[40];
+    int nf;
+    inferd_engine *e = engine(64, 64);
+    uint64_t id = submit(e, 30, 24, 9);
+    int n_ref = run(e, id, ref, ref_lp, &nf);
+    EXPECT_EQ_INT(n_ref, 24);
+    inferd_engine_free(e);
+
+    /* Paused after a few tokens: steps go on for the other request, this
+     * one computes nothing and keeps its blocks; resumed, it ends with the
+     * same tokens and logprobs bitwise. */
+    e = engine(64, 64);
+    id = submit(e, 30, 24, 9);
+    uint64_t other = submit(e, 20, 200, 4);
+    int n = 0;
+    struct inferd_event ev;
+    for (int s = 0; s < 6; s++) {
+        inferd_engine_step(e);
+        while (inferd_poll(e, &ev))
+            if (ev.request == id && ev.token >= 0) {
+                got[n] = ev.token;
+                got_lp[n++] = ev.logprob;
+            }
+    }
+    EXPECT(n > 0 && n < 24);
+    EXPECT_EQ_INT(inferd_pause(e, id, true), 0);
+    struct inferd_stats st0, st1;
+    inferd_engine_stats(e, &st0);
+    for (int s = 0; s < 10; s++) {
+        EXPECT(inferd_engine_step(e) == 1); /* only the other request's token */
+        while (inferd_poll(e, &ev))
+            EXPECT(ev.request != id);
+    }
+    inferd_engine_stats(e, &st1);
+    EXPECT(st1.kv_blocks_used >= st0.kv_blocks_used); /* the paused request kept its blocks */
+    EXPECT_EQ_INT(st1.n_running, 2);
+    EXPECT_EQ_INT(inferd_pause(e, id, false), 0);
+    inferd_cancel(e, other);
+    nf = 0;
+    for (int guard = 0; guard < 1000 && !nf; guard++) {
+        inferd_engine_step(e);
+        while (inferd_poll(e, &ev)) {
+            if (ev.request != id) continue;
+            if (ev.token >= 0 && n < 40) {
+                EXPECT_EQ_INT(ev.n_generated, n + 1);
+                got[n] = ev.token;
+                got_lp[n++] = ev.logprob;
+            }
+            nf += ev.finish != INFERD_FINISH_NONE;
+        }
+    }
+    EXPECT_EQ_INT(n, n_ref);
+    EXPECT_EQ_INT(nf, 1);
+    for (int i = 0; i < n_ref && i < n; i++) {
+        EXPECT_EQ_INT(got[i], ref[i]);
+        EXPECT(memcmp(&got_lp[i], &ref_lp[i], sizeof(float)) == 0);
+    }
+    EXPECT_EQ_INT(inferd_pause(e, id, true), ERR_NOT_FOUND); /* finished */
+    EXPECT_EQ_INT(inferd_pause(e, 987654, true), ERR_NOT_FOUND);
+    inferd_engine_free(e);
+}
+
 TEST(preemption_keeps_output)
 {
     /* 6 blocks of 16: room for one 40+40-token request at a time, so one is
