@@ -30,6 +30,7 @@ enum err_code {
     ERR_INTERNAL = ERR_BASE - 11,     /* a bug: should never reach a user */
     ERR_UNAUTHORIZED = ERR_BASE - 12, /* missing or wrong API key */
     ERR_UNAVAILABLE = ERR_BASE - 13,  /* shutting down or at a connection limit: retry */
+    ERR_CONTEXT = ERR_BASE - 14,      /* prompt (+ max_tokens) beyond the model's context */
 };
 
 /* Short static text for a code ("invalid input", "no such file", ...). */
