@@ -8,7 +8,10 @@
  * tool_calls), tool_result (user: "tool" messages); others (image, document)
  * are refused by name. max_tokens is required for /v1/messages, as
  * Anthropic requires it; stop_sequences has no documented cap, ours is
- * API_MAX_STOP. temperature is 0..1 in this API.
+ * API_MAX_STOP. temperature is 0..1 in this API. Structured outputs come as
+ * output_config.format or the beta's output_format (api_format.c); server
+ * tools, MCP servers, containers and extended thinking are refused
+ * (api_check_unsupported, limits.c).
  */
 #include "api/api.h"
 
@@ -95,6 +98,34 @@ out:
     return rc;
 }
 
+/* metadata: Anthropic's has user_id only (a string of up to 256
+ * characters, or null), and refuses other keys. */
+static int decode_metadata(const json_t *root, struct api_request *r, struct err_msg *msg)
+{
+    const json_t *md = json_object_get(root, "metadata");
+    if (!md || json_is_null(md)) return 0;
+    if (!json_is_object(md)) return api_fail(r, msg, "metadata", "expected an object");
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)md, key, v)
+    {
+        char p[96];
+        snprintf(p, sizeof(p), "metadata.%s", key); /* cut to fit */
+        if (strcmp(key, "user_id"))
+            return api_fail(r, msg, p, "unknown field (metadata has only user_id)");
+        if (json_is_null(v)) continue;
+        if (!json_is_string(v)) return api_fail(r, msg, p, "expected a string");
+        size_t n = 0;
+        const char *c = json_string_value(v);
+        for (size_t i = 0; i < json_string_length(v); i++)
+            n += ((unsigned char)c[i] & 0xc0) != 0x80; /* characters, not bytes */
+        if (n > 256) return api_fail(r, msg, p, "at most 256 characters, got %zu", n);
+        free(r->user);
+        r->user = xstrdup(json_string_value(v));
+    }
+    return 0;
+}
+
 static int decode(const char *body, size_t len, bool need_max, struct api_request *r,
                   struct err_msg *msg)
 {
@@ -130,18 +161,10 @@ static int decode(const char *body, size_t len, bool need_max, struct api_reques
     if ((rc = api_get_int(root, "top_k", 0, 1 << 20, &k, r, msg))) goto out;
     r->sp.top_k = k;
     if ((rc = api_get_stop(root, "stop_sequences", API_MAX_STOP, r, msg))) goto out;
+    if ((rc = api_get_output_format(root, r, msg))) goto out;
     if ((rc = api_get_anthropic_tools(root, r, msg))) goto out;
-    const json_t *md = json_object_get(root, "metadata");
-    if (md && !json_is_null(md)) {
-        if (!json_is_object(md)) {
-            rc = api_fail(r, msg, "metadata", "expected an object");
-            goto out;
-        }
-        if ((rc = api_get_string(md, "user_id", &r->user, r, msg))) {
-            snprintf(r->bad_param, sizeof(r->bad_param), "metadata.user_id");
-            goto out;
-        }
-    }
+    if ((rc = decode_metadata(root, r, msg))) goto out;
+    if ((rc = api_check_unsupported(root, r, msg))) goto out;
     r->messages = json_array();
     const json_t *sys = json_object_get(root, "system");
     if (sys && !json_is_null(sys)) {

@@ -91,7 +91,10 @@ struct api_request {
     json_t *tools; /* OpenAI Chat tool definitions (every API's, rewritten), or NULL */
     enum api_tool_choice tool_choice; /* tool_choice, decoded */
     char *tool_name;                  /* API_TOOL_CHOICE_NAMED: the function (owned) */
-    char bad_param[96];               /* field named by the last decode error */
+    bool one_call;       /* parallel_tool_calls: false / disable_parallel_tool_use: true: the
+                            answer ends after its first call */
+    json_t *text_format; /* Responses text.format as sent (echoed back), or NULL */
+    char bad_param[96];  /* field named by the last decode error */
 };
 
 void api_request_release(struct api_request *r);
@@ -145,6 +148,49 @@ int api_get_responses_tools(const json_t *root, struct api_request *r, struct er
  * tool definitions for the template; tool_choice {"type": "auto" | "none" |
  * "any" | "tool", "name"}. */
 int api_get_anthropic_tools(const json_t *root, struct api_request *r, struct err_msg *msg);
+/* Anthropic structured outputs: output_config.format (what @anthropic-ai/sdk's
+ * messages.parse sends, and beta.messages.parse rewrites output_format into)
+ * or the beta's top-level output_format, each {"type": "json_schema",
+ * "schema": {...}}; both at once is an error. Decode before the tools, so a
+ * forced tool choice sees the constraint. */
+int api_get_output_format(const json_t *root, struct api_request *r, struct err_msg *msg);
+
+/* What a request may not ask for (limits.c). api_check_unsupported refuses,
+ * for r->kind, each field that asks for a feature inferd does not have and
+ * whose silent omission would change the answer (audio, built-in tools,
+ * background runs, reasoning effort, ...; docs/api.md lists them with the
+ * fields accepted and ignored): ERR_INVALID naming the field. Unknown fields
+ * stay accepted, as SDKs add optional fields faster than servers. */
+int api_check_unsupported(const json_t *root, struct api_request *r, struct err_msg *msg);
+/* OpenAI metadata (Chat, Responses): an object of at most 16 string values,
+ * keys up to 64 characters, values up to 512; errors name "metadata" or
+ * "metadata.KEY". Sets r->metadata. */
+int api_get_metadata(const json_t *root, struct api_request *r, struct err_msg *msg);
+/* Whether a prompt of n_prompt tokens fits a context of max_ctx tokens with
+ * room for the answer (one token, or r->max_tokens when set): 0, or
+ * ERR_CONTEXT with the message each API gives for it (OpenAI: "This model's
+ * maximum context length is N tokens. However, ..."; Anthropic: "prompt is too
+ * long: M tokens > N maximum") and r->bad_param set to the prompt's field
+ * ("messages", "prompt", "input"). Called by the server after tokenizing. */
+int api_check_context(struct api_request *r, int n_prompt, int max_ctx, struct err_msg *msg);
+
+/* The bodies of POST /tokenize and /detokenize (tokenize.c). /tokenize takes
+ * {"prompt" | "text": string, "add_special": bool (default true)} or
+ * {"messages": [...]} (validated as Chat messages, for the chat template);
+ * /detokenize {"tokens": [ids in [0, n_vocab)]}. */
+struct api_tokenize {
+    char *text;         /* /tokenize: the text to encode (owned); NULL with messages */
+    bool add_special;   /* /tokenize: add the model's special prefix (BOS) to text */
+    json_t *messages;   /* /tokenize: chat messages in the template's shape, or NULL */
+    struct i32vec ids;  /* /detokenize: the ids to decode */
+    char bad_param[96]; /* field named by the last decode error */
+};
+/* 0, or ERR_INVALID with msg and t->bad_param set. t is filled from zero. */
+int api_tokenize_decode(const char *body, size_t len, struct api_tokenize *t, struct err_msg *msg);
+int api_detokenize_decode(const char *body, size_t len, int n_vocab, struct api_tokenize *t,
+                          struct err_msg *msg);
+/* Frees what a decoder allocated; a zeroed struct is valid to release. */
+void api_tokenize_release(struct api_tokenize *t);
 /* ERR_INVALID naming param: message "param: ..." */
 int api_fail(struct api_request *r, struct err_msg *msg, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -92,7 +92,9 @@ int api_get_text_format(const json_t *root, struct api_request *r, struct err_ms
     if (!json_is_object(text)) return api_fail(r, msg, "text", "expected an object");
     const json_t *fmt = json_object_get(text, "format");
     if (!fmt || json_is_null(fmt)) return 0;
-    return decode_format(fmt, fmt, "text.format", r, msg);
+    int rc = decode_format(fmt, fmt, "text.format", r, msg);
+    if (!rc) r->text_format = json_incref((json_t *)fmt); /* echoed as sent */
+    return rc;
 }
 
 /* Tool names as OpenAI and Anthropic define them: 1..64 of [A-Za-z0-9_-]
@@ -201,6 +203,15 @@ static int add_function(json_t *out, size_t i, const json_t *name, const json_t 
     return 0;
 }
 
+/* parallel_tool_calls (OpenAI Chat, Responses; default true). */
+static int parallel_calls(const json_t *root, struct api_request *r, struct err_msg *msg)
+{
+    bool parallel = true;
+    int rc = api_get_bool(root, "parallel_tool_calls", &parallel, r, msg);
+    r->one_call = !parallel;
+    return rc;
+}
+
 int api_get_tools(const json_t *root, struct api_request *r, struct err_msg *msg)
 {
     const json_t *tools = json_object_get(root, "tools");
@@ -226,6 +237,8 @@ int api_get_tools(const json_t *root, struct api_request *r, struct err_msg *msg
         }
         if (json_array_size(tools) > 0) r->tools = json_incref((json_t *)tools);
     }
+    int rc = parallel_calls(root, r, msg);
+    if (rc) return rc;
     const json_t *choice = json_object_get(root, "tool_choice");
     const char *name =
         json_string_value(json_object_get(json_object_get(choice, "function"), "name"));
@@ -235,10 +248,13 @@ int api_get_tools(const json_t *root, struct api_request *r, struct err_msg *msg
 
 /* Responses and Anthropic tool lists ({name, description, <params_key>}),
  * rewritten as OpenAI Chat function definitions into r->tools. only_type:
- * the one "type" a tool may name (NULL: type not checked); shape spells a
- * tool for the error. */
+ * the one "type" a tool may name besides none ("function" / "custom"): the
+ * others are tools the provider runs itself (web search, code execution,
+ * ...), which inferd has not, and says so in `others`; shape spells a tool
+ * for the error. */
 static int rewrite_tools(const json_t *tools, const char *params_key, const char *only_type,
-                         const char *shape, struct api_request *r, struct err_msg *msg)
+                         const char *others, const char *shape, struct api_request *r,
+                         struct err_msg *msg)
 {
     if (!tools || json_is_null(tools)) return 0;
     if (!json_is_array(tools)) return api_fail(r, msg, "tools", "expected an array");
@@ -254,9 +270,10 @@ static int rewrite_tools(const json_t *tools, const char *params_key, const char
         const json_t *desc = json_object_get(t, "description");
         const json_t *params = json_object_get(t, params_key);
         int rc;
-        if (only_type && type && strcmp(type, only_type))
-            rc = api_fail(r, msg, p, "tool type '%.40s' is not supported (%s only)", type,
-                          only_type);
+        const json_t *tv = json_object_get(t, "type");
+        if (tv && !json_is_null(tv) && (!type || strcmp(type, only_type)))
+            rc = api_fail(r, msg, p, "tool type '%.40s' is not supported: %s (%s tools only)",
+                          type ? type : "?", others, only_type);
         else if (!json_is_object(t) || !json_is_string(name) ||
                  (desc && !json_is_string(desc) && !json_is_null(desc)) ||
                  (params && !json_is_object(params) && !json_is_null(params)))
@@ -278,10 +295,11 @@ static int rewrite_tools(const json_t *tools, const char *params_key, const char
 int api_get_responses_tools(const json_t *root, struct api_request *r, struct err_msg *msg)
 {
     int rc = rewrite_tools(json_object_get(root, "tools"), "parameters", "function",
+                           "inferd runs no built-in tools",
                            "{\"type\": \"function\", \"name\": string, \"description\": "
                            "string, \"parameters\": object}",
                            r, msg);
-    if (rc) return rc;
+    if (rc || (rc = parallel_calls(root, r, msg))) return rc;
     const json_t *choice = json_object_get(root, "tool_choice");
     return openai_choice(choice, json_string_value(json_object_get(choice, "name")),
                          "{\"type\": \"function\", \"name\": string}", r, msg);
@@ -289,7 +307,8 @@ int api_get_responses_tools(const json_t *root, struct api_request *r, struct er
 
 int api_get_anthropic_tools(const json_t *root, struct api_request *r, struct err_msg *msg)
 {
-    int rc = rewrite_tools(json_object_get(root, "tools"), "input_schema", NULL,
+    int rc = rewrite_tools(json_object_get(root, "tools"), "input_schema", "custom",
+                           "inferd runs no server tools",
                            "{\"name\": string, \"description\": string, \"input_schema\": "
                            "object}",
                            r, msg);
@@ -304,6 +323,37 @@ int api_get_anthropic_tools(const json_t *root, struct api_request *r, struct er
             return api_fail(r, msg, "tool_choice",
                             "expected {\"type\": \"auto\" | \"none\" | \"any\"} or {\"type\": "
                             "\"tool\", \"name\": string}");
+        bool one = false;
+        if ((rc = api_get_bool(choice, "disable_parallel_tool_use", &one, r, msg))) {
+            snprintf(r->bad_param, sizeof(r->bad_param), "tool_choice.disable_parallel_tool_use");
+            return rc;
+        }
+        r->one_call = one;
     }
     return check_choice(r, msg);
+}
+
+int api_get_output_format(const json_t *root, struct api_request *r, struct err_msg *msg)
+{
+    const json_t *beta = json_object_get(root, "output_format");
+    const json_t *config = json_object_get(root, "output_config");
+    const json_t *fmt = NULL;
+    if (config && !json_is_null(config)) {
+        if (!json_is_object(config)) return api_fail(r, msg, "output_config", "expected an object");
+        fmt = json_object_get(config, "format");
+    }
+    bool has_beta = beta && !json_is_null(beta), has_config = fmt && !json_is_null(fmt);
+    if (has_beta && has_config)
+        return api_fail(r, msg, "output_format",
+                        "give either output_format or output_config.format, not both");
+    if (!has_beta && !has_config) return 0;
+    const char *path = has_beta ? "output_format" : "output_config.format";
+    fmt = has_beta ? beta : fmt;
+    char p[64];
+    snprintf(p, sizeof(p), "%s.type", path);
+    if (!json_is_object(fmt)) return api_fail(r, msg, path, "expected an object");
+    const char *type = json_string_value(json_object_get(fmt, "type"));
+    if (!type || strcmp(type, "json_schema"))
+        return api_fail(r, msg, p, "expected \"json_schema\"");
+    return decode_format(fmt, fmt, path, r, msg);
 }

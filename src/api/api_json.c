@@ -46,6 +46,7 @@ void api_request_release(struct api_request *r)
     free(r->grammar_src);
     json_decref(r->tools);
     free(r->tool_name);
+    json_decref(r->text_format);
     memset(r, 0, sizeof(*r));
 }
 

@@ -46,6 +46,46 @@ static json_t *strn_lossy(const char *s, size_t n)
     return v ? v : json_string("\xef\xbf\xbd");
 }
 
+/* Length of the well-formed UTF-8 sequence at s[0..n), or 0. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    size_t len = s[0] < 0x80                    ? 1
+                 : s[0] >= 0xc2 && s[0] <= 0xdf ? 2
+                 : (s[0] & 0xf0) == 0xe0        ? 3
+                 : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4
+                                                : 0;
+    if (!len || len > n) return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    if (len == 3 && ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] > 0x9f))) return 0;
+    if (len == 4 && ((s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] > 0x8f))) return 0;
+    return len;
+}
+
+/* Error messages quote what the client sent, cut to a length: a cut or a
+ * bad byte becomes U+FFFD and the rest of the message stays readable. */
+static json_t *str_repaired(const char *s)
+{
+    json_t *v = json_string(s);
+    if (v) return v;
+    struct buf b = {0};
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_seq(p + i, n - i);
+        if (len) {
+            buf_append(&b, s + i, len);
+            i += len;
+        } else {
+            buf_puts(&b, "\xef\xbf\xbd");
+            i++;
+        }
+    }
+    v = json_string(buf_str(&b));
+    buf_release(&b);
+    return v ? v : json_string("\xef\xbf\xbd");
+}
+
 void api_logprob_append(enum api_kind kind, json_t **target, const char *text, float logprob,
                         const struct api_top *tops, int n_top, size_t text_offset)
 {
@@ -80,9 +120,12 @@ static bool called(const struct api_choice *c)
     return c->n_calls > 0 && c->finish == API_FINISH_EOG;
 }
 
-static const char *openai_finish(const struct api_choice *c)
+/* OpenAI ends a turn with calls with "tool_calls", except when the request
+ * named the function to call: then "stop" (what OpenAI answers, and vLLM
+ * after it). */
+static const char *openai_finish(const struct api_request *r, const struct api_choice *c)
 {
-    if (called(c)) return "tool_calls";
+    if (called(c)) return r->tool_choice == API_TOOL_CHOICE_NAMED ? "stop" : "tool_calls";
     switch (c->finish) {
     case API_FINISH_LENGTH:
         return "length";
@@ -246,10 +289,13 @@ static json_t *responses_object(const struct api_out *o, bool done)
         r->metadata ? json_incref(r->metadata) : json_object());
     json_object_set_new(resp, "max_output_tokens",
                         r->max_tokens ? json_integer(r->max_tokens) : json_null());
-    json_object_set_new(resp, "parallel_tool_calls", json_true());
+    json_object_set_new(resp, "parallel_tool_calls", json_boolean(!r->one_call));
     json_object_set_new(resp, "tool_choice", responses_tool_choice(r));
     json_object_set_new(resp, "tools", responses_tools(r));
-    json_object_set_new(resp, "text", json_pack("{s:{s:s}}", "format", "type", "text"));
+    json_object_set_new(resp, "text",
+                        json_pack("{s:o}", "format",
+                                  r->text_format ? json_incref(r->text_format)
+                                                 : json_pack("{s:s}", "type", "text")));
     if (done) {
         json_t *output = json_object_get(resp, "output");
         if (c->text.len || !c->n_calls) json_array_append_new(output, responses_item(o, true));
@@ -289,14 +335,14 @@ json_t *api_response(const struct api_out *o)
                 }
                 ch = json_pack("{s:i,s:{s:s,s:o,s:n},s:o,s:s}", "index", i, "message", "role",
                                "assistant", "content", text, "refusal", "logprobs", lp,
-                               "finish_reason", openai_finish(c));
+                               "finish_reason", openai_finish(r, c));
                 if (c->n_calls)
                     json_object_set_new(json_object_get(ch, "message"), "tool_calls",
                                         chat_tool_calls(c));
             } else {
                 ch = json_pack("{s:o,s:i,s:O,s:s}", "text", text, "index", i, "logprobs",
                                c->logprobs ? c->logprobs : json_null(), "finish_reason",
-                               openai_finish(c));
+                               openai_finish(r, c));
             }
             json_array_append_new(choices, ch);
         }
@@ -419,17 +465,38 @@ static void close_text(struct api_out *o, struct buf *sse)
     o->block++;
 }
 
+/* A chat choice's first chunk: the role, and content "" before text. */
+static void chat_open(struct api_out *o, int i, struct buf *sse)
+{
+    struct api_choice *c = &o->choices[i];
+    if (c->opened) return;
+    c->opened = true;
+    emit(sse, NULL,
+         chat_chunk(o, json_pack("[{s:i,s:{s:s,s:s},s:n,s:n}]", "index", i, "delta", "role",
+                                 "assistant", "content", "", "logprobs", "finish_reason")));
+}
+
 void api_stream_tool_start(struct api_out *o, int i, int k, struct buf *sse)
 {
-    const struct api_toolcall *t = &o->choices[i].calls[k];
+    struct api_choice *c = &o->choices[i];
+    const struct api_toolcall *t = &c->calls[k];
     switch (o->req->kind) {
-    case API_CHAT:
+    case API_CHAT: {
+        json_t *delta = json_object();
+        if (!c->opened) { /* a turn that opens with a call: OpenAI's first chunk */
+            c->opened = true;
+            json_object_set_new(delta, "role", json_string("assistant"));
+            json_object_set_new(delta, "content", json_null());
+        }
+        json_object_set_new(delta, "tool_calls",
+                            json_pack("[{s:i,s:s,s:s,s:{s:s,s:s}}]", "index", k, "id", t->id,
+                                      "type", "function", "function", "name", t->name, "arguments",
+                                      ""));
         emit(sse, NULL,
-             chat_chunk(o, json_pack("[{s:i,s:{s:[{s:i,s:s,s:s,s:{s:s,s:s}}]},s:n,s:n}]", "index",
-                                     i, "delta", "tool_calls", "index", k, "id", t->id, "type",
-                                     "function", "function", "name", t->name, "arguments", "",
-                                     "logprobs", "finish_reason")));
+             chat_chunk(o, json_pack("[{s:i,s:o,s:n,s:n}]", "index", i, "delta", delta, "logprobs",
+                                     "finish_reason")));
         break;
+    }
     case API_RESPONSES:
         if (o->open == 1) close_text(o, sse);
         o->open = 2;
@@ -509,10 +576,11 @@ void api_stream_start(struct api_out *o, struct buf *sse)
 {
     switch (o->req->kind) {
     case API_CHAT:
-        for (int i = 0; i < o->n_choices; i++)
-            emit(sse, NULL,
-                 chat_chunk(o, json_pack("[{s:i,s:{s:s,s:s},s:n,s:n}]", "index", i, "delta", "role",
-                                         "assistant", "content", "", "logprobs", "finish_reason")));
+        /* With tools parsed the role chunk waits for the first text or call:
+         * a tool-call turn opens with content null, as OpenAI's does. */
+        if (!o->lazy_blocks)
+            for (int i = 0; i < o->n_choices; i++)
+                chat_open(o, i, sse);
         break;
     case API_COMPLETION:
         break;
@@ -543,6 +611,7 @@ void api_stream_delta(struct api_out *o, int i, const char *text, size_t len, js
     char id[96];
     switch (o->req->kind) {
     case API_CHAT:
+        chat_open(o, i, sse);
         emit(sse, NULL,
              chat_chunk(
                  o, json_pack("[{s:i,s:{s:o},s:o,s:n}]", "index", i, "delta", "content",
@@ -576,14 +645,15 @@ void api_stream_choice_end(struct api_out *o, int i, struct buf *sse)
     const struct api_choice *c = &o->choices[i];
     switch (o->req->kind) {
     case API_CHAT:
+        chat_open(o, i, sse);
         emit(sse, NULL,
              chat_chunk(o, json_pack("[{s:i,s:{},s:n,s:s}]", "index", i, "delta", "logprobs",
-                                     "finish_reason", openai_finish(c))));
+                                     "finish_reason", openai_finish(o->req, c))));
         break;
     case API_COMPLETION:
         emit(sse, NULL,
              chat_chunk(o, json_pack("[{s:s,s:i,s:n,s:s}]", "text", "", "index", i, "logprobs",
-                                     "finish_reason", openai_finish(c))));
+                                     "finish_reason", openai_finish(o->req, c))));
         break;
     case API_RESPONSES:
     case API_MESSAGES:
@@ -630,11 +700,15 @@ json_t *api_error_json(enum api_kind kind, int code, const char *message, const 
 {
     if (kind == API_MESSAGES)
         return json_pack("{s:s,s:{s:s,s:o}}", "type", "error", "error", "type",
-                         err_anthropic_type(code), "message", str_lossy(message));
-    return json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", str_lossy(message), "type",
+                         err_anthropic_type(code), "message", str_repaired(message));
+    const char *c = NULL;
+    if (code == ERR_INVALID) c = "invalid_value";
+    if (code == ERR_CONTEXT) c = "context_length_exceeded";
+    if (code == ERR_NOT_FOUND && param && !strcmp(param, "model")) c = "model_not_found";
+    return json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", str_repaired(message), "type",
                      err_openai_type(code), "param",
-                     param && *param ? str_lossy(param) : json_null(), "code",
-                     code == ERR_INVALID ? json_string("invalid_value") : json_null());
+                     param && *param ? str_repaired(param) : json_null(), "code",
+                     c ? json_string(c) : json_null());
 }
 
 void api_stream_error(const struct api_out *o, int code, const char *message, struct buf *sse)
@@ -644,7 +718,8 @@ void api_stream_error(const struct api_out *o, int code, const char *message, st
         json_t *inner = json_incref(json_object_get(e, "error"));
         json_decref(e);
         e = json_pack("{s:s,s:o,s:o,s:n}", "type", "error", "code",
-                      json_string(err_openai_type(code)), "message", str_lossy(message), "param");
+                      json_string(err_openai_type(code)), "message", str_repaired(message),
+                      "param");
         json_decref(inner);
         emit(sse, "error", e);
         return;

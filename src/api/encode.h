@@ -8,7 +8,10 @@
  * it and write JSON; stream encoders append complete SSE events to a buf.
  *
  * Stream order, per API (what the encoders emit at each call):
- *   start       chat: a role chunk per choice | responses: response.created,
+ *   start       chat: a role chunk per choice (with lazy_blocks, on the
+ *               choice's first text, call or end instead: a call's first
+ *               chunk carries role and content null, as OpenAI's does) |
+ *               responses: response.created,
  *               response.in_progress, output_item.added, content_part.added |
  *               messages: message_start, content_block_start, ping
  *   delta       one text chunk (chat / completions chunk, output_text.delta,
@@ -61,6 +64,7 @@ struct api_choice {
     int n_tokens;               /* tokens generated */
     enum api_finish finish;     /* why it ended */
     int stop_index;             /* API_FINISH_STOP_SEQ: index into req->stop */
+    bool opened;                /* chat stream: its role chunk went out */
 };
 
 struct api_out {
@@ -110,7 +114,10 @@ void api_stream_tool_end(struct api_out *o, int i, int k, struct buf *sse);
 void api_stream_choice_end(struct api_out *o, int i, struct buf *sse);
 void api_stream_end(struct api_out *o, struct buf *sse);
 /* An error in the API's own schema (HTTP status separately). For streams
- * that already started, api_stream_error appends an error event. */
+ * that already started, api_stream_error appends an error event. OpenAI's
+ * "code": "invalid_value" (ERR_INVALID), "context_length_exceeded"
+ * (ERR_CONTEXT), "model_not_found" (ERR_NOT_FOUND with param "model"),
+ * null otherwise. */
 json_t *api_error_json(enum api_kind kind, int code, const char *message, const char *param);
 void api_stream_error(const struct api_out *o, int code, const char *message, struct buf *sse);
 /* The Responses conversation to store: the turn's messages plus the answer. */

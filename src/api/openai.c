@@ -13,7 +13,9 @@
  * top_p, top_k, min_p, presence / frequency / repetition penalties, seed,
  * logit_bias, stop, n, max_tokens (max_completion_tokens for chat), user,
  * stream, stream_options.include_usage. Ranges are OpenAI's where it has one
- * (temperature 0..2, penalties -2..2, logit bias -100..100, 4 stops).
+ * (temperature 0..2, penalties -2..2, logit bias -100..100, 4 stops). Fields
+ * for features inferd lacks (audio, web search, ...) are refused by
+ * api_check_unsupported (limits.c).
  */
 #include "api/api.h"
 
@@ -105,7 +107,7 @@ static int decode_common(const json_t *root, struct api_request *r, struct err_m
     if ((rc = api_get_int(root, "max_tokens", 1, 1 << 24, &r->max_tokens, r, msg))) return rc;
     if ((rc = api_get_int(root, "priority", -1000000, 1000000, &r->priority, r, msg))) return rc;
     if ((rc = api_get_response_format(root, r, msg))) return rc;
-    return 0;
+    return api_check_unsupported(root, r, msg);
 }
 
 static int decode_message(const json_t *m, size_t i, json_t *out, struct api_request *r,
@@ -174,6 +176,7 @@ int openai_chat_decode(const char *body, size_t len, struct api_request *r, stru
         goto out;
     }
     if ((rc = api_get_tools(root, r, msg))) goto out;
+    if ((rc = api_get_metadata(root, r, msg))) goto out;
     const json_t *msgs = json_object_get(root, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
         rc = api_fail(r, msg, "messages", "expected a non-empty array of messages");

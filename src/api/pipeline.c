@@ -106,6 +106,8 @@ static void emit_content(struct api_pipe *p, int i, const char *text, size_t len
 }
 
 /* The parser's events for choice i: content, and calls into the choice. */
+static void end_choice(struct api_pipe *p, int i, enum api_finish why);
+
 static void tool_events(struct api_pipe *p, int i, int n)
 {
     struct api_pipe_choice *c = &p->ch[i];
@@ -129,8 +131,14 @@ static void tool_events(struct api_pipe *p, int i, int n)
         } else if (e->kind == TOOLCALL_EV_ARGS) {
             buf_append(&ch->calls[e->index].args, e->text, e->len);
             if (stream) api_stream_tool_args(&p->out, i, e->index, e->text, e->len, &p->wire);
-        } else if (stream) {
-            api_stream_tool_end(&p->out, i, e->index, &p->wire);
+        } else {
+            if (stream) api_stream_tool_end(&p->out, i, e->index, &p->wire);
+            /* parallel_tool_calls: false (Anthropic disable_parallel_tool_use):
+             * the first call is the whole answer. */
+            if (p->out.req->one_call) {
+                end_choice(p, i, API_FINISH_EOG);
+                return;
+            }
         }
     }
 }
@@ -143,7 +151,7 @@ static void emit_text(struct api_pipe *p, int i, const char *text, size_t len)
         emit_content(p, i, text, len);
         return;
     }
-    if (len) tool_events(p, i, toolcall_feed(&p->ch[i].tc, text, len));
+    if (len && !p->ch[i].done) tool_events(p, i, toolcall_feed(&p->ch[i].tc, text, len));
 }
 
 static void end_choice(struct api_pipe *p, int i, enum api_finish why)
@@ -207,7 +215,7 @@ static void feed(struct api_pipe *p, int i, const char *text, size_t len)
     int hit = stopstr_feed(&c->ss, text, len, &safe);
     emit_text(p, i, safe.data ? safe.data : "", safe.len);
     buf_release(&safe);
-    if (hit >= 0) {
+    if (hit >= 0 && !c->done) {
         if (p->parse_tools) tool_events(p, i, toolcall_finish(&c->tc));
         p->out.choices[i].stop_index = hit;
         end_choice(p, i, API_FINISH_STOP_SEQ);
@@ -249,7 +257,7 @@ void api_pipe_finish(struct api_pipe *p, int i, enum api_finish why)
     tokenizer_stream_flush(p->m.tok, &c->ts, &tail);
     feed(p, i, tail.data ? tail.data : "", tail.len);
     buf_release(&tail);
-    if (c->done) return; /* the tail completed a stop string */
+    if (c->done) return; /* the tail completed a stop string, or the one call */
     struct buf rest = {0};
     stopstr_flush(&c->ss, &rest);
     emit_text(p, i, rest.data ? rest.data : "", rest.len);

@@ -79,7 +79,8 @@ void api_pipe_echo(struct api_pipe *p, int i, const char *text, size_t len);
  * (this one included). ends_turn: the generation stopped on this token with
  * STOP (an end-of-generation token is then not rendered). tops: (n_top)
  * alternatives for logprobs. Returns true when this token ended the choice
- * by a stop string (the caller should stop generating it). */
+ * (a stop string, or the first tool call of a request that allows one): the
+ * caller should stop generating it. */
 struct api_pipe_top {
     int32_t token; /* alternative token */
     float logprob; /* its log probability */

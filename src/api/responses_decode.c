@@ -137,14 +137,8 @@ int responses_decode(const char *body, size_t len, struct api_request *r, struct
     }
     if ((rc = api_get_text_format(root, r, msg))) goto out;
     if ((rc = api_get_responses_tools(root, r, msg))) goto out;
-    const json_t *md = json_object_get(root, "metadata");
-    if (md && !json_is_null(md)) {
-        if (!json_is_object(md)) {
-            rc = api_fail(r, msg, "metadata", "expected an object");
-            goto out;
-        }
-        r->metadata = json_incref((json_t *)md);
-    }
+    if ((rc = api_get_metadata(root, r, msg))) goto out;
+    if ((rc = api_check_unsupported(root, r, msg))) goto out;
     const json_t *input = json_object_get(root, "input");
     r->input_items = json_array();
     if (json_is_string(input)) {

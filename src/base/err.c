@@ -42,6 +42,8 @@ const char *err_str(int code)
         return "forbidden";
     case ERR_METHOD:
         return "method not allowed";
+    case ERR_CONTEXT:
+        return "prompt beyond the context length";
     default:
         if (code < 0 && code > -4096) return strerror(-code);
         return "unknown error";
@@ -55,6 +57,7 @@ int err_http_status(int code)
         return 200;
     case ERR_INVALID:
     case ERR_FORMAT:
+    case ERR_CONTEXT: /* both APIs answer an over-long prompt with 400, not 413 */
         return 400;
     case ERR_NOT_FOUND:
     case -ENOENT:

@@ -30,8 +30,9 @@ enum err_code {
     ERR_INTERNAL = ERR_BASE - 11,     /* a bug: should never reach a user */
     ERR_UNAUTHORIZED = ERR_BASE - 12, /* missing or wrong API key */
     ERR_UNAVAILABLE = ERR_BASE - 13,  /* shutting down or at a connection limit: retry */
-    ERR_FORBIDDEN = ERR_BASE - 14,    /* the caller may not do this (a web origin not allowed) */
-    ERR_METHOD = ERR_BASE - 15,       /* a known path, another method (HTTP 405) */
+    ERR_CONTEXT = ERR_BASE - 14,      /* prompt (+ max_tokens) beyond the model's context */
+    ERR_FORBIDDEN = ERR_BASE - 15,    /* the caller may not do this (a web origin not allowed) */
+    ERR_METHOD = ERR_BASE - 16,       /* a known path, another method (HTTP 405) */
 };
 
 /* Short static text for a code ("invalid input", "no such file", ...). */

@@ -97,25 +97,28 @@ static int setup_tools(struct server *s, struct call *c, struct err_msg *msg)
     return 0;
 }
 
-/* The context error for a prompt of n tokens (n < 0: known only to exceed
- * the bound from its bytes). */
-static int context_error(struct server *s, struct call *c, long long n, struct err_msg *msg)
+/* The context error for a prompt known only from its text's length to be
+ * beyond the context (the byte bound): no token count to quote. */
+static int text_too_long(struct server *s, struct call *c, size_t bytes, struct err_msg *msg)
 {
     const char *param = c->r.kind == API_COMPLETION  ? "prompt"
                         : c->r.kind == API_RESPONSES ? "input"
                                                      : "messages";
     snprintf(c->r.bad_param, sizeof(c->r.bad_param), "%s", param);
-    if (n < 0)
-        return err_set(msg, ERR_TOO_LARGE,
-                       "this model's context length is %d tokens; the prompt's text is too long "
-                       "to fit it",
+    if (c->r.kind == API_MESSAGES)
+        return err_set(msg, ERR_CONTEXT,
+                       "prompt is too long: %zu bytes of text cannot fit %d tokens maximum", bytes,
                        s->max_ctx);
-    return err_set(msg, ERR_TOO_LARGE,
-                   "this model's context length is %d tokens; the prompt has %lld", s->max_ctx, n);
+    return err_set(msg, ERR_CONTEXT,
+                   "This model's maximum context length is %d tokens. However, your %s's text "
+                   "is %zu bytes, more than any %d tokens can hold. Please reduce the length of "
+                   "the %s.",
+                   s->max_ctx, param, bytes, s->max_ctx, param);
 }
 
 static int tokenize_prompts(struct server *s, struct call *c, struct err_msg *msg)
 {
+    int rc;
     struct api_request *r = &c->r;
     struct call_prep *p = &c->prep;
     if (r->messages) {
@@ -123,8 +126,8 @@ static int tokenize_prompts(struct server *s, struct call *c, struct err_msg *ms
             return err_set(msg, ERR_INVALID,
                            "messages: the model has no chat template; use /v1/completions");
         struct buf text = {0};
-        int rc = chat_template_apply(s->tmpl, r->messages, r->tools, true, NULL, &text, msg);
-        if (!rc && text.len > s->max_prompt_bytes) rc = context_error(s, c, -1, msg);
+        rc = chat_template_apply(s->tmpl, r->messages, r->tools, true, NULL, &text, msg);
+        if (!rc && text.len > s->max_prompt_bytes) rc = text_too_long(s, c, text.len, msg);
         if (rc) {
             buf_release(&text);
             return rc;
@@ -137,7 +140,7 @@ static int tokenize_prompts(struct server *s, struct call *c, struct err_msg *ms
     } else {
         for (int k = 0; k < r->n_prompts; k++)
             if (r->prompts[k].text && strlen(r->prompts[k].text) > s->max_prompt_bytes)
-                return context_error(s, c, -1, msg);
+                return text_too_long(s, c, strlen(r->prompts[k].text), msg);
         p->n_prompts = r->n_prompts;
         p->prompt_ids = xcalloc((size_t)r->n_prompts, sizeof(*p->prompt_ids));
         if (r->echo) p->prompt_text = xcalloc((size_t)r->n_prompts, sizeof(char *));
@@ -175,14 +178,7 @@ static int tokenize_prompts(struct server *s, struct call *c, struct err_msg *ms
             snprintf(r->bad_param, sizeof(r->bad_param), "prompt");
             return err_set(msg, ERR_INVALID, "prompt: encodes to no tokens");
         }
-        if (n >= s->max_ctx) return context_error(s, c, n, msg);
-        if (r->max_tokens && n + r->max_tokens > s->max_ctx) {
-            snprintf(r->bad_param, sizeof(r->bad_param), "max_tokens");
-            return err_set(msg, ERR_TOO_LARGE,
-                           "this model's context length is %d tokens; the prompt (%d) + "
-                           "max_tokens (%d) exceed it",
-                           s->max_ctx, n, r->max_tokens);
-        }
+        if ((rc = api_check_context(r, n, s->max_ctx, msg))) return rc;
     }
     for (int b = 0; b < r->n_bias; b++)
         if (r->bias[b].token >= s->n_vocab) {

@@ -27,6 +27,8 @@
  */
 #include "serve/server_impl.h"
 
+#include "api/resources.h"
+
 #include "base/check.h"
 #include "base/log.h"
 #include "base/timeutil.h"
@@ -47,7 +49,8 @@ typedef void (*route_fn)(struct server *s, struct http_request *req, const struc
                          const char *id);
 
 struct route {
-    const char *pattern;  /* path; "{}" stands for one non-empty segment (an id) */
+    const char *pattern;  /* path; "{}" stands for one non-empty segment (an id), a final
+                             "{*}" for the rest of the path */
     unsigned methods;     /* M_* accepted (GET routes answer HEAD too) */
     const char *endpoint; /* label for metrics and logs */
     enum api_kind kind;   /* the API whose error schema applies */
@@ -136,16 +139,17 @@ enum side_op { SIDE_TOKENIZE, SIDE_COUNT, SIDE_DETOKENIZE, SIDE_GET, SIDE_DELETE
 
 /* A non-generation request whose work runs on a worker thread. */
 struct side {
-    struct jobq_job job;      /* on the prep or store queue */
-    struct server *srv;       /* owner */
-    struct http_request *req; /* the request (valid until answered) */
-    const struct route *rt;   /* its route */
-    enum side_op op;          /* what to do */
-    char id[128];             /* stored response id (SIDE_GET, _DELETE, _ITEMS) */
-    struct api_request r;     /* decoder scratch (bad_param) */
-    int rc;                   /* result: 0 or an error */
-    struct err_msg msg;       /* the error's message */
-    json_t *out;              /* the answer (rc == 0) */
+    struct jobq_job job;          /* on the prep or store queue */
+    struct server *srv;           /* owner */
+    struct http_request *req;     /* the request (valid until answered) */
+    const struct route *rt;       /* its route */
+    enum side_op op;              /* what to do */
+    char id[128];                 /* stored response id (SIDE_GET, _DELETE, _ITEMS) */
+    struct api_request r;         /* decoder scratch (bad_param) */
+    int rc;                       /* result: 0 or an error */
+    struct err_msg msg;           /* the error's message */
+    json_t *out;                  /* the answer (rc == 0) */
+    struct api_items_query items; /* SIDE_ITEMS: the query (parsed on the loop) */
 };
 
 #define SIDE_OF(j) ((struct side *)((char *)(j)-offsetof(struct side, job)))
@@ -170,31 +174,18 @@ static int side_tokenize(struct side *j, const char *body, size_t len)
             return err_set(msg, ERR_NOT_FOUND, "model '%s' does not exist; this server serves '%s'",
                            r->model, s->model_name);
     } else {
-        json_t *root;
-        if ((rc = api_parse_body(body, len, &root, r, msg))) return rc;
-        const json_t *msgs = json_object_get(root, "messages");
-        if (msgs) {
-            /* Reuse the chat decoder's validation for a messages array. */
-            json_t *wrap = json_pack("{s:O}", "messages", msgs);
-            char *w = json_dumps(wrap, JSON_COMPACT);
-            rc = openai_chat_decode(w, strlen(w), r, msg);
-            free(w);
-            json_decref(wrap);
-        } else {
-            const json_t *t = json_object_get(root, "prompt");
-            if (!t) t = json_object_get(root, "text");
-            if (!json_is_string(t)) {
-                rc = api_fail(r, msg, "prompt", "expected a string (or 'messages')");
-            } else {
-                bool add = true;
-                rc = api_get_bool(root, "add_special", &add, r, msg);
-                if (!rc)
-                    tokenizer_encode(s->tok, json_string_value(t), json_string_length(t),
-                                     (add ? TOKENIZER_ADD_SPECIAL : 0) | TOKENIZER_PARSE_SPECIAL,
-                                     &ids);
-            }
+        struct api_tokenize t;
+        rc = api_tokenize_decode(body, len, &t, msg);
+        snprintf(r->bad_param, sizeof(r->bad_param), "%s", t.bad_param);
+        if (!rc && t.text)
+            tokenizer_encode(s->tok, t.text, strlen(t.text),
+                             (t.add_special ? TOKENIZER_ADD_SPECIAL : 0) | TOKENIZER_PARSE_SPECIAL,
+                             &ids);
+        if (!rc && t.messages) {
+            r->messages = t.messages;
+            t.messages = NULL;
         }
-        json_decref(root);
+        api_tokenize_release(&t);
         if (rc) return rc;
     }
     if (r->messages) {
@@ -203,7 +194,10 @@ static int side_tokenize(struct side *j, const char *body, size_t len)
         rc = chat_template_apply(s->tmpl, r->messages, r->tools, true, NULL, &text, msg);
         if (!rc) tokenizer_encode(s->tok, buf_str(&text), text.len, TOKENIZER_PARSE_SPECIAL, &ids);
         buf_release(&text);
-        if (rc) return rc;
+        if (rc) {
+            i32vec_release(&ids);
+            return rc;
+        }
     }
     if (j->op == SIDE_COUNT) {
         j->out = json_pack("{s:i}", "input_tokens", (int)ids.n);
@@ -221,37 +215,19 @@ static int side_tokenize(struct side *j, const char *body, size_t len)
 static int side_detokenize(struct side *j, const char *body, size_t len)
 {
     struct server *s = j->srv;
-    struct api_request *r = &j->r;
-    json_t *root;
-    int rc = api_parse_body(body, len, &root, r, &j->msg);
-    if (rc) return rc;
-    const json_t *t = json_object_get(root, "tokens");
-    struct i32vec ids = {0};
-    if (!json_is_array(t)) rc = api_fail(r, &j->msg, "tokens", "expected an array of token ids");
-    size_t i;
-    const json_t *v;
-    if (!rc) json_array_foreach(t, i, v)
-        {
-            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-                json_integer_value(v) >= s->n_vocab) {
-                char p[48];
-                snprintf(p, sizeof(p), "tokens[%zu]", i);
-                rc = api_fail(r, &j->msg, p, "expected a token id in [0, %d)", s->n_vocab);
-                break;
-            }
-            i32vec_push(&ids, (int32_t)json_integer_value(v));
-        }
-    json_decref(root);
+    struct api_tokenize t;
+    int rc = api_detokenize_decode(body, len, s->n_vocab, &t, &j->msg);
+    snprintf(j->r.bad_param, sizeof(j->r.bad_param), "%s", t.bad_param);
     if (!rc) {
         struct buf text = {0};
-        rc = tokenizer_decode(s->tok, ids.v, ids.n, false, &text, &j->msg);
+        rc = tokenizer_decode(s->tok, t.ids.v, t.ids.n, false, &text, &j->msg);
         if (!rc) {
             json_t *sv = json_stringn(text.data ? text.data : "", text.len);
             j->out = json_pack("{s:o}", "text", sv ? sv : json_string(""));
         }
         buf_release(&text);
     }
-    i32vec_release(&ids);
+    api_tokenize_release(&t);
     return rc;
 }
 
@@ -278,36 +254,12 @@ static int side_stored(struct side *j)
         j->out = v;
         return 0;
     }
-    /* input_items: the stored conversation's items up to the answer. */
-    json_t *items = conv ? json_loads(conv, 0, NULL) : NULL;
-    free(conv);
+    /* input_items: from the stored conversation, by the query. */
     json_decref(v);
-    if (!json_is_array(items)) {
-        json_decref(items);
-        return err_set(&j->msg, ERR_INTERNAL, "stored conversation of '%s' is unreadable", j->id);
-    }
-    size_t n = json_array_size(items);
-    if (n) json_array_remove(items, n - 1); /* the answer itself is output, not input */
-    json_t *data = json_array();
-    size_t k;
-    json_t *it;
-    json_array_foreach(items, k, it)
-    {
-        json_t *item = json_deep_copy(it);
-        char iid[160];
-        snprintf(iid, sizeof(iid), "msg_%s_%zu", j->id, k);
-        if (!json_object_get(item, "id")) json_object_set_new(item, "id", json_string(iid));
-        if (!json_object_get(item, "type"))
-            json_object_set_new(item, "type", json_string("message"));
-        json_array_append_new(data, item);
-    }
-    json_decref(items);
-    size_t nd = json_array_size(data);
-    j->out = json_pack("{s:s,s:o,s:O,s:O,s:b}", "object", "list", "data", data, "first_id",
-                       nd ? json_object_get(json_array_get(data, 0), "id") : json_null(), "last_id",
-                       nd ? json_object_get(json_array_get(data, nd - 1), "id") : json_null(),
-                       "has_more", 0);
-    return 0;
+    rc = api_input_items(j->id, conv, &j->items, &j->out, &j->msg);
+    free(conv);
+    if (rc) snprintf(j->r.bad_param, sizeof(j->r.bad_param), "%s", j->items.bad_param);
+    return rc;
 }
 
 static void side_run(struct jobq_job *job)
@@ -351,8 +303,8 @@ static void side_done(struct jobq_job *job)
     if (s->stopping) serve_maybe_exit(s);
 }
 
-static void side_start(struct server *s, struct http_request *req, const struct route *rt,
-                       enum side_op op, const char *id)
+static struct side *side_start(struct server *s, struct http_request *req, const struct route *rt,
+                               enum side_op op, const char *id)
 {
     struct side *j = xcalloc(1, sizeof(*j));
     j->srv = s;
@@ -365,6 +317,7 @@ static void side_start(struct server *s, struct http_request *req, const struct 
     j->job.done = side_done;
     s->n_side_jobs++;
     jobq_push(op <= SIDE_DETOKENIZE ? &s->prep : &s->storeq, &j->job);
+    return j;
 }
 
 /* ----------------------------------------------------------- handlers */
@@ -396,35 +349,68 @@ static void on_stored(struct server *s, struct http_request *req, const struct r
     enum side_op op = strstr(rt->pattern, "input_items")    ? SIDE_ITEMS
                       : !strcmp(http_method(req), "DELETE") ? SIDE_DELETE
                                                             : SIDE_GET;
-    side_start(s, req, rt, op, id);
+    struct api_items_query q;
+    memset(&q, 0, sizeof(q));
+    if (op == SIDE_ITEMS) {
+        struct err_msg msg = {{0}};
+        const char *query = http_query(req);
+        if (api_input_items_query(*query ? query : NULL, &q, &msg)) {
+            serve_send_error(s, req, rt->endpoint, rt->kind, ERR_INVALID, msg.text, q.bad_param);
+            return;
+        }
+    }
+    struct side *j = side_start(s, req, rt, op, id);
+    j->items = q;
 }
 
-static json_t *model_object(struct server *s)
+/* The served model in the API's terms. */
+static void model_info(struct server *s, struct api_model_info *m)
 {
-    json_t *m =
-        json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", s->model_name, "object", "model", "created",
-                  (json_int_t)s->created, "owned_by", "inferd", "context_length", s->max_ctx);
-    if (s->demo) json_object_set_new(m, "description", json_string(serve_demo_note));
-    return m;
+    memset(m, 0, sizeof(*m));
+    m->id = s->model_name;
+    m->created = s->created;
+    m->context_length = s->max_ctx;
+    m->description = s->demo ? serve_demo_note : NULL;
 }
 
+/* "%2F" and the like in an id taken from the path. */
+static void percent_decode(char *id)
+{
+    char *w = id;
+    for (const char *r = id; *r; r++) {
+        if (r[0] == '%' && isxdigit((unsigned char)r[1]) && isxdigit((unsigned char)r[2])) {
+            char hex[3] = {r[1], r[2], 0};
+            *w++ = (char)strtol(hex, NULL, 16);
+            r += 2;
+        } else {
+            *w++ = *r;
+        }
+    }
+    *w = 0;
+}
+
+/* The Anthropic SDK sends anthropic-version with every request, the OpenAI
+ * SDK never: the shape follows it. */
 static void on_models(struct server *s, struct http_request *req, const struct route *rt,
                       const char *id)
 {
-    if (id && strcmp(id, s->model_name)) {
-        char text[400];
-        snprintf(text, sizeof(text), "model '%.120s' does not exist; this server serves '%.120s'",
-                 id, s->model_name);
-        serve_send_error(s, req, rt->endpoint, rt->kind, ERR_NOT_FOUND, text, "model");
-        return;
+    enum api_kind kind = http_header(req, "anthropic-version") ? API_MESSAGES : API_CHAT;
+    struct api_model_info m;
+    model_info(s, &m);
+    if (id) {
+        char dec[128];
+        snprintf(dec, sizeof(dec), "%s", id);
+        percent_decode(dec);
+        struct err_msg msg = {{0}};
+        int rc = api_model_find(&m, 1, dec, &msg);
+        if (rc < 0) {
+            serve_send_error(s, req, rt->endpoint, kind, rc, msg.text, "model");
+            return;
+        }
     }
     metrics_request(&s->metrics, rt->endpoint, 200);
     serve_log_request(req, rt->endpoint, 200, 0, 0, "");
-    if (id)
-        serve_send_json(s, req, 200, model_object(s));
-    else
-        serve_send_json(s, req, 200,
-                        json_pack("{s:s,s:[o]}", "object", "list", "data", model_object(s)));
+    serve_send_json(s, req, 200, id ? api_model_object(kind, &m) : api_models_list(kind, &m, 1));
 }
 
 static void on_health(struct server *s, struct http_request *req, const struct route *rt,
@@ -465,7 +451,7 @@ static const struct route routes[] = {
     {"/v1/messages/count_tokens", M_POST, "/v1/messages/count_tokens", API_MESSAGES, false,
      on_tokenize},
     {"/v1/models", M_GET, "/v1/models", API_CHAT, false, on_models},
-    {"/v1/models/{}", M_GET, "/v1/models/{id}", API_CHAT, false, on_models},
+    {"/v1/models/{*}", M_GET, "/v1/models/{id}", API_CHAT, false, on_models},
     {"/tokenize", M_POST, "/tokenize", API_CHAT, false, on_tokenize},
     {"/detokenize", M_POST, "/detokenize", API_CHAT, false, on_tokenize},
 };
@@ -475,6 +461,12 @@ static bool match(const char *pattern, const char *path, char *id, size_t id_cap
 {
     *id = 0;
     while (*pattern) {
+        if (!strcmp(pattern, "{*}")) { /* the rest of the path: model ids may hold '/' */
+            size_t n = strlen(path);
+            if (n == 0 || n >= id_cap) return false;
+            memcpy(id, path, n + 1);
+            return true;
+        }
         if (pattern[0] == '{' && pattern[1] == '}') {
             size_t n = strcspn(path, "/");
             if (n == 0 || n >= id_cap) return false;

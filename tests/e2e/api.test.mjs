@@ -13,6 +13,7 @@ import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
 import net from 'node:net';
+import { jsonSchemaOutputFormat } from '@anthropic-ai/sdk/helpers/json-schema';
 
 const URL = process.env.INFERD_URL;
 const LIMITED = process.env.INFERD_URL_LIMITED;
@@ -299,7 +300,7 @@ test('errors: each API schema and status', async () => {
     await assert.rejects(openai.completions.create({ model: MODEL, prompt: [999999999], max_tokens: 1 }),
         (e) => e.status === 400);
     await assert.rejects(openai.completions.create({ model: MODEL, prompt: 'x', max_tokens: 5000 }),
-        (e) => e.status === 413 && /context length/.test(e.message));
+        (e) => e.status === 400 && e.code === 'context_length_exceeded' && /context length/.test(e.message));
     await assert.rejects(anthropic.messages.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }] }),
         (e) => e.status === 400 && e.error?.error?.type === 'invalid_request_error' && /max_tokens/.test(e.message));
     await assert.rejects(anthropic.messages.create({ model: 'nope', max_tokens: 1, messages: [{ role: 'user', content: 'x' }] }),
@@ -315,6 +316,35 @@ test('errors: each API schema and status', async () => {
     assert.match(head, /^HTTP\/1\.1 413 /);
     // The server is still fine.
     assert.equal((await fetch(`${URL}/health`)).status, 200);
+});
+
+// The decoder and encoder sides of tests/e2e/client_features.test.mjs (which
+// also covers what needs the server's new routes and calls).
+test('client features: Anthropic parse, tool-call stream shapes, text.format echo, refused fields, metadata', async () => {
+    const schema = { type: 'object', additionalProperties: false, required: ['ok'], properties: { ok: { type: 'boolean' } } };
+    const parsed = await anthropic.messages.parse({ model: MODEL, max_tokens: 100, messages: [{ role: 'user', content: 'x' }],
+        output_config: { format: jsonSchemaOutputFormat(schema) } });
+    assert.equal(typeof parsed.parsed_output.ok, 'boolean');
+    const fn = { type: 'function', function: { name: 'f', parameters: schema } };
+    const chunks = [];
+    for await (const c of await openai.chat.completions.create({ model: MODEL, messages: chatMsgs, tools: [fn], max_tokens: 100,
+        tool_choice: { type: 'function', function: { name: 'f' } }, stream: true })) chunks.push(c);
+    assert.equal(chunks[0].choices[0].delta.role, 'assistant');
+    assert.equal(chunks[0].choices[0].delta.content, null);
+    assert.equal(chunks[0].choices[0].delta.tool_calls[0].function.name, 'f');
+    assert.deepEqual(chunks.map((c) => c.choices[0]?.finish_reason).filter(Boolean), ['stop']);
+    const format = { type: 'json_schema', name: 'r', schema, strict: true };
+    const resp = await openai.responses.create({ model: MODEL, input: 'x', max_output_tokens: 100, store: false, text: { format } });
+    assert.deepEqual(resp.text.format, format);
+    await assert.rejects(openai.responses.create({ model: MODEL, input: 'x', store: false, background: true }),
+        (e) => e.status === 400 && e.param === 'background');
+    await assert.rejects(openai.chat.completions.create({ model: MODEL, messages: chatMsgs, modalities: ['audio'] }),
+        (e) => e.status === 400 && e.param === 'modalities');
+    await assert.rejects(anthropic.messages.create({ model: MODEL, max_tokens: 2, messages: [{ role: 'user', content: 'x' }],
+        tools: [{ type: 'web_search_20250305', name: 'web_search' }] }),
+    (e) => e.status === 400 && /^tools\[0\]: tool type 'web_search_20250305' is not supported/.test(e.error?.error?.message));
+    await assert.rejects(openai.chat.completions.create({ model: MODEL, messages: chatMsgs, metadata: { n: 1 } }),
+        (e) => e.status === 400 && e.param === 'metadata.n');
 });
 
 test('limits: 401 without the key, 429 and 503 with Retry-After when full', async () => {

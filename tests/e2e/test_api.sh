@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The API server end to end with the official SDKs: starts `inferd serve` twice
 # on a tiny random-weight qwen3 model (a main server and one with an API key
-# and tiny limits), runs tests/e2e/api.test.mjs with node's test runner, then
+# and tiny limits), runs tests/e2e/api.test.mjs and client_features.test.mjs
+# with node's test runner, then
 # stops both servers with SIGTERM and checks they exit cleanly.
 source "$(dirname "$0")/../lib.sh"
 m=$(model tiny-qwen3-q8_0 --preset tiny --arch qwen3 --type q8_0)
@@ -48,6 +49,14 @@ else
     echo "--- server log (tail)"
     tail -20 "$work/main.log"
     fail "SDK suite"
+fi
+if INFERD_URL="http://127.0.0.1:$port" INFERD_MODEL=tiny node --test --test-reporter=spec \
+    "$INFERD_SRC/tests/e2e/client_features.test.mjs" >"$work/features.out" 2>&1; then
+    ok "client features: $(grep -E '^ℹ (pass|fail)' "$work/features.out" | tr '\n' ' ')"
+else
+    cat "$work/features.out"
+    tail -20 "$work/main.log"
+    fail "client features"
 fi
 echo "node suite took $(/usr/bin/python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$t0" "$(date +%s.%N)") s"
 

@@ -220,4 +220,163 @@ TEST(tool_calls_stream_and_answer)
     }
 }
 
+static const char *err_code_of(json_t *o)
+{
+    return json_string_value(json_object_get(json_object_get(o, "error"), "code"));
+}
+
+TEST(error_codes)
+{
+    json_t *e, *o = api_error_json(API_CHAT, ERR_CONTEXT, "This model's maximum ...", "messages");
+    EXPECT(err_code_of(o) && !strcmp(err_code_of(o), "context_length_exceeded"));
+    EXPECT(!strcmp(json_string_value(json_object_get(json_object_get(o, "error"), "type")),
+                   "invalid_request_error"));
+    EXPECT(!strcmp(json_string_value(json_object_get(json_object_get(o, "error"), "param")),
+                   "messages"));
+    json_decref(o);
+    o = api_error_json(API_RESPONSES, ERR_NOT_FOUND, "model 'x' does not exist", "model");
+    EXPECT(err_code_of(o) && !strcmp(err_code_of(o), "model_not_found"));
+    json_decref(o);
+    /* the others are as they were */
+    o = api_error_json(API_CHAT, ERR_INVALID, "temperature: bad", "temperature");
+    EXPECT(err_code_of(o) && !strcmp(err_code_of(o), "invalid_value"));
+    json_decref(o);
+    int nulls[] = {ERR_NOT_FOUND, ERR_OVERLOADED, ERR_TOO_LARGE, ERR_INTERNAL, ERR_UNAUTHORIZED};
+    for (size_t i = 0; i < sizeof(nulls) / sizeof(nulls[0]); i++) {
+        o = api_error_json(API_CHAT, nulls[i], "x", i ? NULL : "previous_response_id");
+        EXPECT(json_is_null(json_object_get(json_object_get(o, "error"), "code")));
+        json_decref(o);
+    }
+    /* a quote cut inside a character keeps the rest of the message */
+    o = api_error_json(API_CHAT, ERR_INVALID, "metadata.\xc3\xa9\xc3: bad \xff key",
+                       "metadata.\xc3");
+    e = json_object_get(o, "error");
+    EXPECT(!strcmp(json_string_value(json_object_get(e, "message")),
+                   "metadata.\xc3\xa9\xef\xbf\xbd: bad \xef\xbf\xbd key"));
+    EXPECT(!strcmp(json_string_value(json_object_get(e, "param")), "metadata.\xef\xbf\xbd"));
+    json_decref(o);
+    /* Anthropic: invalid_request_error, no code field */
+    o = api_error_json(API_MESSAGES, ERR_CONTEXT, "prompt is too long: 9 tokens > 8 maximum",
+                       "messages");
+    e = json_object_get(o, "error");
+    EXPECT(!strcmp(json_string_value(json_object_get(e, "type")), "invalid_request_error"));
+    EXPECT(json_object_get(e, "code") == NULL);
+    EXPECT_EQ_INT(json_object_size(e), 2);
+    json_decref(o);
+}
+
+/* A streamed chat turn that is only a tool call opens with role and content
+ * null; the finish reason is "stop" for a named function, "tool_calls"
+ * otherwise (streamed and not). */
+TEST(chat_tool_turn_shapes)
+{
+    static const enum api_tool_choice choices[] = {API_TOOL_CHOICE_NAMED, API_TOOL_CHOICE_REQUIRED,
+                                                   API_TOOL_CHOICE_AUTO};
+    for (size_t ci = 0; ci < sizeof(choices) / sizeof(choices[0]); ci++) {
+        struct api_request r = {.kind = API_CHAT, .n = 1, .tool_choice = choices[ci]};
+        struct api_toolcall t = {.id = "call_A", .name = "f"};
+        struct api_choice c = {.n_tokens = 5, .finish = API_FINISH_EOG, .calls = &t, .n_calls = 1};
+        struct api_out o;
+        fill(&o, &r, &c, 1);
+        o.lazy_blocks = true;
+        struct buf b = {0};
+        api_stream_start(&o, &b);
+        EXPECT_EQ_INT(b.len, 0); /* the role waits for the first text or call */
+        api_stream_tool_start(&o, 0, 0, &b);
+        buf_puts(&t.args, "{}");
+        api_stream_tool_args(&o, 0, 0, "{}", 2, &b);
+        api_stream_tool_end(&o, 0, 0, &b);
+        api_stream_choice_end(&o, 0, &b);
+        api_stream_end(&o, &b);
+        const char *first = strstr(buf_str(&b), "data: ");
+        EXPECT(first && !strncmp(first + 6, "{", 1));
+        json_t *chunk = first ? json_loadb(first + 6, strcspn(first + 6, "\n"), 0, NULL) : NULL;
+        json_t *delta =
+            json_object_get(json_array_get(json_object_get(chunk, "choices"), 0), "delta");
+        EXPECT(!strcmp(json_string_value(json_object_get(delta, "role")) ?: "", "assistant"));
+        EXPECT(json_is_null(json_object_get(delta, "content")));
+        EXPECT_EQ_INT(json_array_size(json_object_get(delta, "tool_calls")), 1);
+        json_decref(chunk);
+        EXPECT(strstr(buf_str(&b), "\"content\":\"\"") == NULL);
+        const char *want = choices[ci] == API_TOOL_CHOICE_NAMED
+                               ? "\"finish_reason\":\"stop\""
+                               : "\"finish_reason\":\"tool_calls\"";
+        EXPECT(strstr(buf_str(&b), want) != NULL);
+        json_t *a = api_response(&o);
+        json_t *ch = json_array_get(json_object_get(a, "choices"), 0);
+        EXPECT(!strcmp(json_string_value(json_object_get(ch, "finish_reason")),
+                       choices[ci] == API_TOOL_CHOICE_NAMED ? "stop" : "tool_calls"));
+        EXPECT(json_is_null(json_object_get(json_object_get(ch, "message"), "content")));
+        json_decref(a);
+        buf_release(&b);
+        buf_release(&t.args);
+    }
+    /* tools parsed, but the answer is text: the role chunk (content "") comes
+     * before the first text, once per choice */
+    struct api_request r = {.kind = API_CHAT, .n = 2};
+    struct api_choice c[2] = {{.n_tokens = 1, .finish = API_FINISH_EOG},
+                              {.n_tokens = 0, .finish = API_FINISH_LENGTH}};
+    struct api_out o;
+    fill(&o, &r, c, 2);
+    o.lazy_blocks = true;
+    struct buf b = {0};
+    api_stream_start(&o, &b);
+    buf_puts(&c[0].text, "hi");
+    api_stream_delta(&o, 0, "hi", 2, NULL, &b);
+    api_stream_delta(&o, 0, "", 0, NULL, &b);
+    api_stream_choice_end(&o, 0, &b);
+    api_stream_choice_end(&o, 1, &b);
+    const char *want[] = {
+        "\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}",
+        "\"index\":0,\"delta\":{\"content\":\"hi\"}",
+        "\"index\":1,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}",
+        "\"index\":1,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"length\""};
+    expect_in_order(&b, want, sizeof(want) / sizeof(want[0]));
+    const char *p = buf_str(&b);
+    int n_roles = 0;
+    while ((p = strstr(p, "\"role\""))) {
+        n_roles++;
+        p++;
+    }
+    EXPECT_EQ_INT(n_roles, 2);
+    buf_release(&b);
+    buf_release(&c[0].text);
+    /* without tools the role chunks open the stream, as before */
+    o.lazy_blocks = false;
+    c[0].opened = c[1].opened = false;
+    api_stream_start(&o, &b);
+    EXPECT(strstr(buf_str(&b), "\"index\":1,\"delta\":{\"role\":\"assistant\"") != NULL);
+    buf_release(&b);
+}
+
+/* Responses echoes text.format as sent and parallel_tool_calls. */
+TEST(responses_echoes_text_format)
+{
+    const char *fmt = "{\"type\":\"json_schema\",\"name\":\"answer\",\"schema\":{\"type\":"
+                      "\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}},\"strict\":true,"
+                      "\"description\":\"d\"}";
+    struct api_request r = {.kind = API_RESPONSES, .n = 1, .one_call = true};
+    r.text_format = json_loads(fmt, 0, NULL);
+    struct api_choice c = {.n_tokens = 1, .finish = API_FINISH_EOG};
+    struct api_out o;
+    fill(&o, &r, &c, 1);
+    json_t *a = api_response(&o);
+    EXPECT(json_equal(json_object_get(json_object_get(a, "text"), "format"), r.text_format));
+    EXPECT(json_is_false(json_object_get(a, "parallel_tool_calls")));
+    json_decref(a);
+    struct buf b = {0};
+    api_stream_start(&o, &b);
+    EXPECT(strstr(buf_str(&b), "\"format\":{\"type\":\"json_schema\",\"name\":\"answer\"") != NULL);
+    buf_release(&b);
+    json_decref(r.text_format);
+    r.text_format = NULL;
+    r.one_call = false;
+    a = api_response(&o);
+    EXPECT(!strcmp(json_string_value(json_object_get(
+                       json_object_get(json_object_get(a, "text"), "format"), "type")),
+                   "text"));
+    EXPECT(json_is_true(json_object_get(a, "parallel_tool_calls")));
+    json_decref(a);
+}
+
 TEST_MAIN()
