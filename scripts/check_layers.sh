@@ -18,6 +18,8 @@
 set -euo pipefail
 layers=${1:?usage: check_layers.sh LAYERS SRCDIR}
 root=${2:?usage: check_layers.sh LAYERS SRCDIR}
+[ -r "$layers" ] || { echo "check_layers: cannot read '$layers'"; exit 1; }
+layers=$(realpath "$layers")
 cd "$root"
 mapfile -t files < <(find src include -name '*.[ch]' 2>/dev/null | LC_ALL=C sort)
 [ ${#files[@]} -gt 0 ] || { echo "check_layers: no sources under $root/src"; exit 1; }
