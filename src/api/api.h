@@ -88,6 +88,7 @@ struct api_request {
     /* structured output: response_format / text.format / grammar / regex */
     enum inferd_grammar_kind grammar_kind; /* NONE: unconstrained */
     char *grammar_src;                     /* schema JSON, GBNF or regex text (owned), or NULL */
+    char grammar_param[40];                /* the field that gave it ("response_format", ...) */
     json_t *tools; /* OpenAI Chat tool definitions (every API's, rewritten), or NULL */
     enum api_tool_choice tool_choice; /* tool_choice, decoded */
     char *tool_name;                  /* API_TOOL_CHOICE_NAMED: the function (owned) */

@@ -2,12 +2,13 @@
  * api_format.c - the structured-output and tool fields of the OpenAI request
  * bodies, decoded into api_request.grammar_kind / grammar_src / tools.
  *
- * The grammar itself is compiled by the engine at submit (src/grammar/, with
- * a compile cache), so this file only checks shapes and picks the kind; a
- * schema the compiler cannot handle comes back from submit as a 400 that
- * names the keyword. Schemas are passed on as compact JSON text.
+ * The grammar itself is compiled later (the server's prep threads, through
+ * inferd_grammar_compile and the model's compile cache), so this file only
+ * checks shapes and picks the kind, and records which field gave it
+ * (grammar_param) for the 400 of a schema the compiler refuses. Schemas are
+ * passed on as compact JSON text.
  *
- * Thread: the event-loop thread, like every decoder.
+ * Thread: any (the server decodes on its prep threads).
  */
 #include "api/api.h"
 
@@ -26,6 +27,7 @@ static int set_constraint(struct api_request *r, struct err_msg *msg, const char
     }
     r->grammar_kind = kind;
     r->grammar_src = src;
+    snprintf(r->grammar_param, sizeof(r->grammar_param), "%s", param);
     return 0;
 }
 

@@ -3,9 +3,10 @@
  * picture), on the event-loop thread.
  *
  * Every call ends its HTTP exchange exactly once (http_respond or
- * http_stream_end; for a client that is gone these write nothing), and is
- * freed only when nothing else holds it: no prep or store job out, and the
- * runner has sent the final message of each of its tags.
+ * http_stream_end; for a client that is gone these write nothing), which
+ * frees the request: what the log line needs of it is copied at the start.
+ * The call is freed only when nothing else holds it: no prep or store job
+ * out, and the runner has sent the final message of each of its tags.
  *
  * No acknowledged data is lost: a Responses answer with store on is
  * written to the store (synchronously durable, on the store thread) before
@@ -160,8 +161,9 @@ static void account(struct call *c, int err_code)
     }
     s->metrics.generated_tokens += (uint64_t)n_gen;
     metrics_request(&s->metrics, c->endpoint, status);
-    serve_log_request(c->req, c->endpoint, status, c->pipe_on ? o->n_prompt_tokens : 0, n_gen,
-                      c->gone ? " error=\"the client went away\"" : "");
+    serve_log_line(c->method, c->request_id, c->t_start_ns, c->endpoint, status,
+                   c->pipe_on ? o->n_prompt_tokens : 0, n_gen,
+                   c->gone ? " error=\"the client went away\"" : "");
 }
 
 /* Ends the HTTP exchange of a call whose client is gone. */
@@ -200,7 +202,7 @@ static void send_answer(struct call *c)
     if (c->r.stream) {
         api_pipe_stream_end(&c->pipe);
         flush(c);
-        if (!c->gone) http_stream_end(c->req);
+        http_stream_end(c->req); /* writes nothing for a client that is gone */
     } else if (!c->gone) {
         char *body = c->store_resp ? c->store_resp : NULL;
         json_t *v = body ? NULL : api_response(&c->pipe.out);
@@ -240,7 +242,7 @@ static void store_done(struct jobq_job *j)
         if (c->r.stream) {
             api_pipe_stream_error(&c->pipe, c->store_rc, text);
             flush(c);
-            if (!c->gone) http_stream_end(c->req);
+            http_stream_end(c->req);
             c->status = 200;
         } else if (!c->gone) {
             c->status = err_http_status(c->store_rc);
@@ -454,6 +456,8 @@ void call_start(struct server *s, struct http_request *req, const char *endpoint
     c->srv = s;
     c->req = req;
     c->endpoint = endpoint;
+    snprintf(c->method, sizeof(c->method), "%s", http_method(req));
+    snprintf(c->request_id, sizeof(c->request_id), "%s", http_request_id(req));
     c->t_start_ns = http_t_start_ns(req);
     c->r.kind = kind;
     c->next = s->calls;

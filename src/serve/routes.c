@@ -73,12 +73,18 @@ void serve_send_json(struct server *s, struct http_request *req, int status, jso
     json_decref(v);
 }
 
+void serve_log_line(const char *method, const char *request_id, uint64_t t_start_ns,
+                    const char *endpoint, int status, int n_prompt, int n_gen, const char *note)
+{
+    log_info("%s %s %d prompt=%d gen=%d %.1fms id=%s%s", method, endpoint, status, n_prompt, n_gen,
+             (double)(time_now_ns() - t_start_ns) * 1e-6, request_id, note);
+}
+
 void serve_log_request(struct http_request *req, const char *endpoint, int status, int n_prompt,
                        int n_gen, const char *note)
 {
-    log_info("%s %s %d prompt=%d gen=%d %.1fms id=%s%s", http_method(req), endpoint, status,
-             n_prompt, n_gen, (double)(time_now_ns() - http_t_start_ns(req)) * 1e-6,
-             http_request_id(req), note);
+    serve_log_line(http_method(req), http_request_id(req), http_t_start_ns(req), endpoint, status,
+                   n_prompt, n_gen, note);
 }
 
 /* Retry-After for 429 / 503: the engine's estimate of its queue wait,

@@ -83,6 +83,8 @@ struct call {
     bool http_started;        /* stream: status and headers sent */
     bool paused;              /* the engine requests are paused: the socket is full */
     const char *endpoint;     /* route label for metrics */
+    char method[16];          /* the request's method, for the log line */
+    char request_id[136];     /* its x-request-id, for the log line */
     struct api_request r;     /* decoded request */
     struct call_prep prep;    /* the prep job's results */
     struct api_pipe pipe;     /* the output pipeline (after prep) */
@@ -155,6 +157,9 @@ void serve_send_json(struct server *s, struct http_request *req, int status, jso
 void serve_retry_after(struct server *s, struct http_request *req);
 void serve_log_request(struct http_request *req, const char *endpoint, int status, int n_prompt,
                        int n_gen, const char *note);
+/* The same line from copies, once the request itself is finished (freed). */
+void serve_log_line(const char *method, const char *request_id, uint64_t t_start_ns,
+                    const char *endpoint, int status, int n_prompt, int n_gen, const char *note);
 
 /* call.c */
 void call_start(struct server *s, struct http_request *req, const char *endpoint,
