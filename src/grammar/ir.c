@@ -406,98 +406,356 @@ static void emit(struct prog *p, int kind, int arg)
     p->e[p->n++] = (struct grammar_elem){kind, arg};
 }
 
-static void set_or(uint64_t d[4], const uint64_t s[4], bool *changed)
+/* ---- grammar analyses in linear time ----
+ *
+ * Productive, nullable, FIRST and FOLLOW are least fixpoints. Iterating
+ * "until nothing changes" over every rule costs one pass per link of the
+ * longest dependency chain, which is quadratic on a chain of 20,000 rules
+ * (or 5,000 optional properties); so each is a worklist instead: a fact
+ * (a rule became productive, a set grew) is pushed once and visits only the
+ * places that depend on it. */
+
+/* Occurrences of each rule in alternatives, by callee: for rule s, the
+ * alternatives alt[off[s] .. off[s + 1]) each hold a reference to s (an
+ * alternative referencing s twice is listed twice). */
+struct occ {
+    int *off; /* (n_rules + 1) */
+    int *alt; /* (off[n_rules]) alternative indices */
+};
+
+static void occ_release(struct occ *o)
 {
+    free(o->off);
+    free(o->alt);
+}
+
+/* A queue of rule indices; each rule is in it at most once. */
+struct rqueue {
+    int *q;      /* (n_rules) ring */
+    bool *in;    /* (n_rules) queued now */
+    int head, n; /* first entry, entries */
+    int cap;     /* n_rules */
+};
+
+static void rq_init(struct rqueue *q, int n_rules)
+{
+    q->cap = n_rules > 0 ? n_rules : 1;
+    q->q = xmalloc(sizeof(int) * (size_t)q->cap);
+    q->in = xcalloc((size_t)q->cap, 1);
+    q->head = q->n = 0;
+}
+
+static void rq_release(struct rqueue *q)
+{
+    free(q->q);
+    free(q->in);
+}
+
+static void rq_push(struct rqueue *q, int r)
+{
+    if (q->in[r]) return;
+    q->in[r] = true;
+    q->q[(q->head + q->n++) % q->cap] = r;
+}
+
+static int rq_pop(struct rqueue *q)
+{
+    int r = q->q[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->n--;
+    q->in[r] = false;
+    return r;
+}
+
+/* Edges dst ⊇ src between per-rule byte sets, grouped by src. */
+struct sedges {
+    int *src, *dst; /* (n) collected pairs */
+    int n, cap;     /* pairs, allocated */
+};
+
+static void sedge_add(struct sedges *e, int src, int dst)
+{
+    if (e->n == e->cap) {
+        e->cap = e->cap ? 2 * e->cap : 256;
+        e->src = xrealloc(e->src, sizeof(int) * (size_t)e->cap);
+        e->dst = xrealloc(e->dst, sizeof(int) * (size_t)e->cap);
+    }
+    e->src[e->n] = src;
+    e->dst[e->n++] = dst;
+}
+
+static bool set_or(uint64_t d[4], const uint64_t s[4])
+{
+    bool changed = false;
     for (int i = 0; i < 4; i++) {
         uint64_t v = d[i] | s[i];
-        if (v != d[i]) {
-            d[i] = v;
-            *changed = true;
-        }
+        changed |= v != d[i];
+        d[i] = v;
     }
+    return changed;
+}
+
+/* Closes sets under the edges: afterwards set[dst] contains set[src] for
+ * every edge. A rule is queued only when its set grew, which happens at
+ * most 256 times. */
+static void sets_propagate(uint64_t (*set)[4], int n_rules, struct sedges *e)
+{
+    int *off = xcalloc((size_t)n_rules + 1, sizeof(int));
+    int *dst = xmalloc(sizeof(int) * (size_t)(e->n ? e->n : 1));
+    for (int i = 0; i < e->n; i++)
+        off[e->src[i] + 1]++;
+    for (int r = 0; r < n_rules; r++)
+        off[r + 1] += off[r];
+    int *fill = xmalloc(sizeof(int) * (size_t)(n_rules ? n_rules : 1));
+    memcpy(fill, off, sizeof(int) * (size_t)n_rules);
+    for (int i = 0; i < e->n; i++)
+        dst[fill[e->src[i]]++] = e->dst[i];
+    free(fill);
+    struct rqueue q;
+    rq_init(&q, n_rules);
+    for (int r = 0; r < n_rules; r++)
+        if (off[r + 1] > off[r] && (set[r][0] | set[r][1] | set[r][2] | set[r][3])) rq_push(&q, r);
+    while (q.n) {
+        int s = rq_pop(&q);
+        for (int k = off[s]; k < off[s + 1]; k++)
+            if (set_or(set[dst[k]], set[s])) rq_push(&q, dst[k]);
+    }
+    rq_release(&q);
+    free(off);
+    free(dst);
 }
 
 /* FIRST bytes and nullability of the lowered program, then FOLLOW per rule. */
 static void compute_follow(struct grammar *g)
 {
-    int R = g->n_rules;
+    int R = g->n_rules, A = g->rule_alt0[R];
     bool *nullable = xcalloc((size_t)R, 1);
     uint64_t(*first)[4] = xcalloc((size_t)R, 32);
     g->follow = xcalloc((size_t)R, 32);
-    bool changed = true;
-    while (changed) {
-        changed = false;
-        for (int r = 0; r < R; r++)
-            for (int a = g->rule_alt0[r]; a < g->rule_alt0[r + 1]; a++) {
-                int pos = g->rule_alts[a];
-                for (;; pos++) {
-                    struct grammar_elem el = g->elems[pos];
-                    if (el.kind == GRAMMAR_E_BYTES) {
-                        set_or(first[r], g->sets[el.arg], &changed);
-                        break;
-                    }
-                    if (el.kind == GRAMMAR_E_END) {
-                        if (!nullable[r]) nullable[r] = changed = true;
-                        break;
-                    }
-                    set_or(first[r], first[el.arg], &changed);
-                    if (!nullable[el.arg]) break;
-                }
+
+    /* Nullable: an alternative without bytes whose callees all are. pending[a]
+     * counts its references to rules not yet known nullable (-1: it reads a
+     * byte). */
+    struct occ o = {xcalloc((size_t)R + 1, sizeof(int)), NULL};
+    int *pending = xcalloc((size_t)(A ? A : 1), sizeof(int));
+    for (int a = 0; a < A; a++)
+        for (int pos = g->rule_alts[a]; g->elems[pos].kind != GRAMMAR_E_END; pos++) {
+            if (g->elems[pos].kind == GRAMMAR_E_BYTES) {
+                pending[a] = -1;
+            } else {
+                o.off[g->elems[pos].arg + 1]++;
+                if (pending[a] >= 0) pending[a]++;
             }
+        }
+    for (int r = 0; r < R; r++)
+        o.off[r + 1] += o.off[r];
+    o.alt = xmalloc(sizeof(int) * (size_t)(o.off[R] ? o.off[R] : 1));
+    int *fill = xmalloc(sizeof(int) * (size_t)(R ? R : 1));
+    memcpy(fill, o.off, sizeof(int) * (size_t)R);
+    for (int a = 0; a < A; a++)
+        for (int pos = g->rule_alts[a]; g->elems[pos].kind != GRAMMAR_E_END; pos++)
+            if (g->elems[pos].kind == GRAMMAR_E_REF) o.alt[fill[g->elems[pos].arg]++] = a;
+    free(fill);
+    struct rqueue q;
+    rq_init(&q, R);
+    for (int a = 0; a < A; a++) {
+        int r = g->rule_of[g->rule_alts[a]];
+        if (pending[a] == 0 && !nullable[r]) nullable[r] = true, rq_push(&q, r);
     }
-    changed = true;
-    while (changed) {
-        changed = false;
-        for (int pos = 0; pos < g->n_elems; pos++) {
-            if (g->elems[pos].kind != GRAMMAR_E_REF) continue;
-            int callee = g->elems[pos].arg;
-            int q = pos + 1;
-            for (;; q++) {
-                struct grammar_elem el = g->elems[q];
-                if (el.kind == GRAMMAR_E_BYTES) {
-                    set_or(g->follow[callee], g->sets[el.arg], &changed);
-                    break;
-                }
-                if (el.kind == GRAMMAR_E_END) {
-                    set_or(g->follow[callee], g->follow[g->rule_of[pos]], &changed);
-                    break;
-                }
-                set_or(g->follow[callee], first[el.arg], &changed);
-                if (!nullable[el.arg]) break;
+    while (q.n) {
+        int s = rq_pop(&q);
+        for (int k = o.off[s]; k < o.off[s + 1]; k++) {
+            int a = o.alt[k], r = g->rule_of[g->rule_alts[a]];
+            if (pending[a] > 0 && --pending[a] == 0 && !nullable[r])
+                nullable[r] = true, rq_push(&q, r);
+        }
+    }
+    rq_release(&q);
+    free(pending);
+    occ_release(&o);
+
+    /* FIRST: the bytes an alternative starts with, and first[s] ⊆ first[r]
+     * for every callee s reached through nullable callees. */
+    struct sedges e = {0};
+    for (int a = 0; a < A; a++) {
+        int r = g->rule_of[g->rule_alts[a]];
+        for (int pos = g->rule_alts[a];; pos++) {
+            struct grammar_elem el = g->elems[pos];
+            if (el.kind == GRAMMAR_E_END) break;
+            if (el.kind == GRAMMAR_E_BYTES) {
+                set_or(first[r], g->sets[el.arg]);
+                break;
+            }
+            sedge_add(&e, el.arg, r);
+            if (!nullable[el.arg]) break;
+        }
+    }
+    sets_propagate(first, R, &e);
+
+    /* FOLLOW: each alternative right to left with the FIRST set of the
+     * suffix after the current element; a callee whose suffix is nullable
+     * also gets what follows the calling rule. */
+    e.n = 0;
+    for (int a = 0; a < A; a++) {
+        int start = g->rule_alts[a], end = start;
+        while (g->elems[end].kind != GRAMMAR_E_END)
+            end++;
+        int r = g->rule_of[start];
+        uint64_t suf[4] = {0, 0, 0, 0};
+        bool suf_null = true;
+        for (int pos = end - 1; pos >= start; pos--) {
+            struct grammar_elem el = g->elems[pos];
+            if (el.kind == GRAMMAR_E_BYTES) {
+                memcpy(suf, g->sets[el.arg], 32);
+                suf_null = false;
+                continue;
+            }
+            set_or(g->follow[el.arg], suf);
+            if (suf_null) sedge_add(&e, r, el.arg);
+            if (nullable[el.arg]) {
+                set_or(suf, first[el.arg]);
+            } else {
+                memcpy(suf, first[el.arg], 32);
+                suf_null = false;
             }
         }
     }
+    sets_propagate(g->follow, R, &e);
+    free(e.src);
+    free(e.dst);
     free(nullable);
     free(first);
+}
+
+/* Productive rules (deriving some finite string) and nullable ones, over
+ * the builder. An alternative is productive when its character sets are
+ * non-empty and its callees productive; nullable when it has no characters
+ * and its callees are nullable (nullable rules are productive). */
+static void builder_prod_null(const struct grammar_builder *b, bool *prod, bool *null)
+{
+    int R = b->n_rules;
+    int *alt0 = xmalloc(sizeof(int) * ((size_t)R + 1));
+    alt0[0] = 0;
+    for (int r = 0; r < R; r++)
+        alt0[r + 1] = alt0[r] + b->rules[r].n_alts;
+    int A = alt0[R];
+    int *alt_rule = xmalloc(sizeof(int) * (size_t)(A ? A : 1));
+    /* pend_p: references to rules not yet productive (-1: an empty set);
+     * pend_n: references to rules not yet nullable (-1: a character). */
+    int *pend_p = xcalloc((size_t)(A ? A : 1), sizeof(int));
+    int *pend_n = xcalloc((size_t)(A ? A : 1), sizeof(int));
+    struct occ o = {xcalloc((size_t)R + 1, sizeof(int)), NULL};
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < b->rules[r].n_alts; j++) {
+            int a = alt0[r] + j;
+            const struct grammar_balt *al = &b->rules[r].alts[j];
+            alt_rule[a] = r;
+            for (int i = 0; i < al->n; i++) {
+                struct grammar_belem el = al->e[i];
+                if (el.kind == GRAMMAR_B_CHARS) {
+                    pend_n[a] = -1;
+                    if (b->set_n[el.arg] == 0) pend_p[a] = -1;
+                } else {
+                    o.off[el.arg + 1]++;
+                    if (pend_p[a] >= 0) pend_p[a]++;
+                    if (pend_n[a] >= 0) pend_n[a]++;
+                }
+            }
+        }
+    for (int r = 0; r < R; r++)
+        o.off[r + 1] += o.off[r];
+    o.alt = xmalloc(sizeof(int) * (size_t)(o.off[R] ? o.off[R] : 1));
+    int *fill = xmalloc(sizeof(int) * (size_t)(R ? R : 1));
+    memcpy(fill, o.off, sizeof(int) * (size_t)R);
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < b->rules[r].n_alts; j++) {
+            const struct grammar_balt *al = &b->rules[r].alts[j];
+            for (int i = 0; i < al->n; i++)
+                if (al->e[i].kind == GRAMMAR_B_REF) o.alt[fill[al->e[i].arg]++] = alt0[r] + j;
+        }
+    free(fill);
+    for (int pass = 0; pass < 2; pass++) {
+        bool *flag = pass == 0 ? prod : null;
+        int *pend = pass == 0 ? pend_p : pend_n;
+        struct rqueue q;
+        rq_init(&q, R);
+        for (int a = 0; a < A; a++)
+            if (pend[a] == 0 && !flag[alt_rule[a]])
+                flag[alt_rule[a]] = true, rq_push(&q, alt_rule[a]);
+        while (q.n) {
+            int s = rq_pop(&q);
+            for (int k = o.off[s]; k < o.off[s + 1]; k++) {
+                int a = o.alt[k];
+                if (pend[a] > 0 && --pend[a] == 0 && !flag[alt_rule[a]])
+                    flag[alt_rule[a]] = true, rq_push(&q, alt_rule[a]);
+            }
+        }
+        rq_release(&q);
+    }
+    occ_release(&o);
+    free(pend_p);
+    free(pend_n);
+    free(alt_rule);
+    free(alt0);
 }
 
 /* DFS colours for the left-recursion check. */
 enum { WHITE, GREY, BLACK };
 
-static int left_rec_dfs(const struct grammar_builder *b, int r, const bool *prod, const bool *null,
-                        uint8_t *colour, int *cycle)
+/* A rule on the left-recursion search's path, and where the scan of its
+ * alternatives is. */
+struct lframe {
+    int rule; /* rule being scanned */
+    int alt;  /* alternative */
+    int elem; /* next element of it to look at; -1: check the alternative first */
+};
+
+/* Finds a rule that reaches itself through nullable prefixes, starting the
+ * search at r: depth-first over the references an alternative starts with
+ * (and those after nullable ones), on an explicit stack fr (room for every
+ * rule: each is on the path at most once), since a chain of tens of
+ * thousands of rules is legal input. Returns the rule on the cycle, or -1. */
+static int left_rec_find(const struct grammar_builder *b, int r, const bool *prod, const bool *null,
+                         uint8_t *colour, struct lframe *fr)
 {
+    int top = 0;
+    fr[0] = (struct lframe){r, 0, -1};
     colour[r] = GREY;
-    const struct grammar_brule *ru = &b->rules[r];
-    for (int a = 0; a < ru->n_alts; a++) {
-        const struct grammar_balt *al = &ru->alts[a];
-        bool ok = true;
-        for (int i = 0; i < al->n; i++)
-            if (al->e[i].kind == GRAMMAR_B_REF && !prod[al->e[i].arg]) ok = false;
-        if (!ok) continue;
-        for (int i = 0; i < al->n; i++) {
-            if (al->e[i].kind != GRAMMAR_B_REF) break;
-            int s = al->e[i].arg;
-            if (colour[s] == GREY) {
-                *cycle = s;
-                return -1;
-            }
-            if (colour[s] == WHITE && left_rec_dfs(b, s, prod, null, colour, cycle)) return -1;
-            if (!null[s]) break;
+    while (top >= 0) {
+        struct lframe *f = &fr[top];
+        const struct grammar_brule *ru = &b->rules[f->rule];
+        if (f->alt >= ru->n_alts) {
+            colour[f->rule] = BLACK;
+            top--;
+            continue;
+        }
+        const struct grammar_balt *al = &ru->alts[f->alt];
+        if (f->elem < 0) {
+            bool ok = true;
+            for (int i = 0; i < al->n && ok; i++)
+                if (al->e[i].kind == GRAMMAR_B_REF && !prod[al->e[i].arg]) ok = false;
+            f->elem = 0;
+            if (!ok) f->elem = al->n;
+        }
+        if (f->elem >= al->n || al->e[f->elem].kind != GRAMMAR_B_REF) {
+            f->alt++;
+            f->elem = -1;
+            continue;
+        }
+        int s = al->e[f->elem].arg;
+        if (null[s]) {
+            f->elem++;
+        } else {
+            f->alt++;
+            f->elem = -1;
+        }
+        if (colour[s] == GREY) return s;
+        if (colour[s] == WHITE) {
+            colour[s] = GREY;
+            fr[++top] = (struct lframe){s, 0, -1};
         }
     }
-    colour[r] = BLACK;
-    return 0;
+    return -1;
 }
 
 /* Fills g->rep_canon. A bounded repetition item{0,n} is a chain of rules
@@ -546,37 +804,18 @@ int grammar__lower(struct grammar_builder *b, int root, struct grammar **out, st
 
     /* Productive rules and nullable rules (over productive alternatives). */
     bool *prod = xcalloc((size_t)R, 1), *null = xcalloc((size_t)R, 1);
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int r = 0; r < R; r++) {
-            const struct grammar_brule *ru = &b->rules[r];
-            for (int a = 0; a < ru->n_alts; a++) {
-                const struct grammar_balt *al = &ru->alts[a];
-                bool p = true, nl = true;
-                for (int i = 0; i < al->n; i++) {
-                    struct grammar_belem el = al->e[i];
-                    if (el.kind == GRAMMAR_B_CHARS) {
-                        nl = false;
-                        if (b->set_n[el.arg] == 0) p = false;
-                    } else {
-                        if (!prod[el.arg]) p = false;
-                        if (!null[el.arg]) nl = false;
-                    }
-                }
-                if (p && !prod[r]) prod[r] = changed = true;
-                if (p && nl && !null[r]) null[r] = changed = true;
-            }
-        }
-    }
+    builder_prod_null(b, prod, null);
     if (!prod[root]) {
         rc = err_set(msg, ERR_INVALID, "grammar matches no input (rule '%s' never completes)",
                      b->rules[root].name);
         goto out_free_flags;
     }
     uint8_t *colour = xcalloc((size_t)R, 1);
+    struct lframe *lstack = xmalloc(sizeof(*lstack) * (size_t)(R ? R : 1));
     int cycle = -1;
     for (int r = 0; r < R && cycle < 0; r++)
-        if (prod[r] && colour[r] == WHITE) left_rec_dfs(b, r, prod, null, colour, &cycle);
+        if (prod[r] && colour[r] == WHITE) cycle = left_rec_find(b, r, prod, null, colour, lstack);
+    free(lstack);
     free(colour);
     if (cycle >= 0) {
         rc = err_set(msg, ERR_INVALID,
