@@ -44,6 +44,7 @@
 #define GRAMMAR_MAX_ELEMS    (1 << 20) /* lowered program size limit */
 #define GRAMMAR_MAX_RULES    (1 << 16) /* builder rules limit */
 #define GRAMMAR_MAX_REPEAT   1000      /* largest finite bound in x{m,n} */
+#define GRAMMAR_MAX_FOLDED   4096      /* largest bound a folded nested repetition may get */
 #define GRAMMAR_INF          (-1)      /* unbounded repetition maximum */
 #define GRAMMAR_PARENT_ROOT  (-1)      /* stack bottom of a real matcher */
 #define GRAMMAR_PARENT_UNKNW (-2)      /* stack bottom standing for "any context" */
@@ -79,6 +80,8 @@ struct grammar_brule {
     bool defined;              /* EBNF: a definition was seen */
     int rep_left;              /* grammar__repeat's opt_k (k optional items left), else 0 */
     int rep_next;              /* for opt_k: opt_{k-1}, or -1 */
+    int rep_item;              /* a grammar__repeat result: the item repeated, else -1 */
+    int rep_min, rep_max;      /* its bounds (rep_max GRAMMAR_INF: unbounded) */
 };
 
 struct grammar_builder {
@@ -109,7 +112,9 @@ void grammar__chars(struct grammar_builder *b, int r, const struct grammar_cpran
  * valid UTF-8; ASCII is always fine). */
 void grammar__lit(struct grammar_builder *b, int r, const char *s, size_t n);
 /* A new rule matching `item` repeated min..max times (max GRAMMAR_INF:
- * unbounded). */
+ * unbounded). A repetition of a repetition is folded into one where the
+ * language allows it ((x*){200} is x*, ((x?){50}){50} is x{0,2500}; ir.c),
+ * so the returned rule may repeat the inner item instead. */
 int grammar__repeat(struct grammar_builder *b, const char *name, int item, int min, int max);
 /* Normalizes a range list in place (sort, merge); returns the new count. */
 int grammar__ranges_normalize(struct grammar_cprange *r, int n);

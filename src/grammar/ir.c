@@ -74,6 +74,7 @@ int grammar__rule(struct grammar_builder *b, const char *name)
     memset(r, 0, sizeof(*r));
     r->name = xstrdup(name);
     r->defined = true;
+    r->rep_item = -1;
     return b->n_rules++;
 }
 
@@ -204,9 +205,55 @@ void grammar__lit(struct grammar_builder *b, int r, const char *s, size_t n)
     }
 }
 
+/* The rule a chain of one-reference wrappers (`( x )`, a rule `a ::= b`)
+ * stands for: what a repetition's item really is. */
+static int unwrap(const struct grammar_builder *b, int r)
+{
+    for (int hops = 0; hops < 16 && r >= 0 && r < b->n_rules; hops++) {
+        const struct grammar_brule *ru = &b->rules[r];
+        if (ru->rep_item >= 0 || ru->n_alts != 1 || ru->alts[0].n != 1 ||
+            ru->alts[0].e[0].kind != GRAMMAR_B_REF)
+            break;
+        r = ru->alts[0].e[0].arg;
+    }
+    return r;
+}
+
+/* Folds a repetition of a repetition, (x{a,k}){min,max}, into one of x
+ * where that is the same language, and returns the folded rule, or -1:
+ *
+ *   (x{a,})^j = x{a*j,}      so (x{a,}){min,max} = x{a*min,}  (min >= 1)
+ *                            and (x{a,}){0,max}  = x*         (a <= 1, max >= 1)
+ *   (x{0,k})^j = x{0,k*j}    so (x{0,k}){min,max} = x{0,k*max}, or x* when max is unbounded
+ *
+ * (the union over j of nested ranges). Without it, (.*){200}x has 200
+ * nullable copies of .* alive at once - thousands of stacks per state, a
+ * mask table for each - and ((a?){50}){50} 2,500; folded, both are a
+ * single repetition with one or two stacks. Other shapes ((x{2}){1,2} is
+ * x{2} or x{4}) are left as they are. */
+static int repeat_fold(struct grammar_builder *b, const char *name, int item, int min, int max)
+{
+    if (max == 0) return -1;
+    int t = unwrap(b, item);
+    if (t < 0 || t >= b->n_rules || b->rules[t].rep_item < 0) return -1;
+    int x = b->rules[t].rep_item, a = b->rules[t].rep_min, k = b->rules[t].rep_max;
+    if (k == GRAMMAR_INF) {
+        if (min >= 1 && (int64_t)a * min <= GRAMMAR_MAX_FOLDED)
+            return grammar__repeat(b, name, x, a * min, GRAMMAR_INF);
+        if (min == 0 && a <= 1) return grammar__repeat(b, name, x, 0, GRAMMAR_INF);
+        return -1;
+    }
+    if (a != 0 || k == 0) return -1;
+    if (max == GRAMMAR_INF) return grammar__repeat(b, name, x, 0, GRAMMAR_INF);
+    if ((int64_t)k * max <= GRAMMAR_MAX_FOLDED) return grammar__repeat(b, name, x, 0, k * max);
+    return -1;
+}
+
 int grammar__repeat(struct grammar_builder *b, const char *name, int item, int min, int max)
 {
     char nm[160];
+    int folded = repeat_fold(b, name, item, min, max);
+    if (folded >= 0) return folded;
     int r = grammar__rule(b, name);
     if (max == GRAMMAR_INF) {
         /* star ::= item star | "" ; result ::= item{min} star */
@@ -220,7 +267,7 @@ int grammar__repeat(struct grammar_builder *b, const char *name, int item, int m
         for (int i = 0; i < min; i++)
             grammar__ref(b, r, item);
         grammar__ref(b, r, star);
-        return r;
+        goto out;
     }
     /* opt_k ::= item opt_{k-1} | "" (k optional items left); result ::= item{min} opt_{max-min}.
      * Nesting (rather than k flat alternatives) keeps the program linear in k. */
@@ -240,6 +287,13 @@ int grammar__repeat(struct grammar_builder *b, const char *name, int item, int m
     for (int i = 0; i < min; i++)
         grammar__ref(b, r, item);
     if (tail >= 0) grammar__ref(b, r, tail);
+out:
+    /* A dummy rule past the rule limit must not become foldable. */
+    if (!b->too_large) {
+        b->rules[r].rep_item = item;
+        b->rules[r].rep_min = min;
+        b->rules[r].rep_max = max;
+    }
     return r;
 }
 
@@ -772,12 +826,23 @@ static void rep_canon(struct grammar *g, const struct grammar_builder *b)
     g->rep_canon = xmalloc(sizeof(int32_t) * (size_t)(g->n_elems ? g->n_elems : 1));
     for (int p = 0; p < g->n_elems; p++)
         g->rep_canon[p] = p;
+    /* cap[r]: the chain's opt_CAP below opt_k = r, or -1. opt_{k-1} is made
+     * before opt_k (a smaller index), so one pass in index order fills it
+     * (walking each chain from every opt_k was quadratic in its length). */
+    int *cap = xmalloc(sizeof(int) * (size_t)(b->n_rules ? b->n_rules : 1));
+    for (int r = 0; r < b->n_rules; r++) {
+        const struct grammar_brule *ru = &b->rules[r];
+        int nx = ru->rep_next;
+        cap[r] = ru->rep_left == GRAMMAR_REP_CAP ? r
+                 : ru->rep_left > GRAMMAR_REP_CAP && nx >= 0 && nx < r &&
+                         b->rules[nx].rep_left == ru->rep_left - 1
+                     ? cap[nx]
+                     : -1;
+    }
     for (int r = 0; r < b->n_rules; r++) {
         if (b->rules[r].rep_left <= GRAMMAR_REP_CAP) continue;
-        int c = r;
-        for (int k = b->rules[r].rep_left; k > GRAMMAR_REP_CAP && c >= 0; k--)
-            c = b->rules[c].rep_next;
-        if (c < 0 || b->rules[c].rep_left != GRAMMAR_REP_CAP) continue;
+        int c = cap[r];
+        if (c < 0) continue;
         if (g->rule_alt0[r] == g->rule_alt0[r + 1] || g->rule_alt0[c] == g->rule_alt0[c + 1])
             continue;
         int pr = g->rule_alts[g->rule_alt0[r]], pc = g->rule_alts[g->rule_alt0[c]];
@@ -789,6 +854,7 @@ static void rep_canon(struct grammar *g, const struct grammar_builder *b)
             continue;
         g->rep_canon[pr] = pc;
     }
+    free(cap);
 }
 
 int grammar__lower(struct grammar_builder *b, int root, struct grammar **out, struct err_msg *msg)
