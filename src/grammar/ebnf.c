@@ -39,6 +39,8 @@ struct ebnf {
     const char *cur_name;        /* rule being defined (helper rule names) */
     int n_helpers;               /* helper rules made so far */
     int spare;                   /* an emptied helper rule to reuse, or -1 */
+    size_t line_at;              /* line_of's cursor: a byte offset ... */
+    int line, col;               /* ... and its line and column */
     struct grammar_cprange *cls; /* class scratch */
     int cls_cap;                 /* allocated */
     struct ename *names;         /* (cap_names) open-addressed rule names, by hash */
@@ -67,6 +69,34 @@ static int fail(struct ebnf *p, const char *what)
     }
     p->err = err_set(p->msg, ERR_INVALID, "grammar: line %d, column %d: %s", line, col, what);
     return p->err;
+}
+
+/* Line and column of byte offset at (offsets asked for only grow, so the
+ * count goes on from the last one). */
+static void line_of(struct ebnf *p, size_t at, int *line, int *col)
+{
+    if (at < p->line_at) p->line_at = 0, p->line = p->col = 1;
+    for (; p->line_at < at && p->line_at < p->n; p->line_at++) {
+        if (p->s[p->line_at] == '\n')
+            p->line++, p->col = 1;
+        else
+            p->col++;
+    }
+    *line = p->line;
+    *col = p->col;
+}
+
+/* Names rule after the source text from start to the cursor, for budget
+ * errors (budget.c). */
+static void name_origin(struct ebnf *p, int rule, size_t start)
+{
+    struct grammar_builder *b = p->b;
+    if (b->over || rule < 0 || rule >= b->n_rules) return;
+    int line, col, n = (int)MIN(p->i - start, 60);
+    line_of(p, start, &line, &col);
+    b->rules[rule].origin =
+        grammar__origin(b, "grammar: line %d, column %d: '%.*s%s' in rule '%s'", line, col, n,
+                        p->s + start, p->i - start > 60 ? "..." : "", p->cur_name);
 }
 
 static bool is_name_char(char c)
@@ -261,6 +291,7 @@ static int parse_int(struct ebnf *p, int *out)
 static void parse_item(struct ebnf *p, int r, int depth)
 {
     struct grammar_builder *b = p->b;
+    size_t start = p->i;
     char c = p->s[p->i];
     int item = helper(p, "item"); /* standalone form of the item */
     grammar__alt(b, item);
@@ -373,6 +404,7 @@ static void parse_item(struct ebnf *p, int r, int depth)
     if (min == 1 && max == 1) {
         struct grammar_brule *it = &b->rules[item];
         if (it->n_alts != 1) {
+            name_origin(p, item, start); /* a group of several alternatives */
             grammar__ref(b, r, item);
             return;
         }
@@ -389,7 +421,10 @@ static void parse_item(struct ebnf *p, int r, int depth)
         p->spare = item;
         return;
     }
-    grammar__ref(b, r, grammar__repeat(b, b->rules[item].name, item, min, max));
+    int rep = grammar__repeat(b, b->rules[item].name, item, min, max);
+    name_origin(p, rep, start);
+    if (c == '(') name_origin(p, item, start);
+    grammar__ref(b, r, rep);
 }
 
 static void parse_seq(struct ebnf *p, int r, int depth)
@@ -434,6 +469,9 @@ int grammar__ebnf_build(struct grammar_builder *b, const char *src, size_t len, 
         }
         b->rules[r].defined = true;
         p.cur_name = b->rules[r].name;
+        int line, col;
+        line_of(&p, p.i, &line, &col);
+        b->rules[r].origin = grammar__origin(b, "grammar: rule '%s' (line %d)", p.cur_name, line);
         p.i += nl;
         skip_space(&p);
         p.i += 3; /* ::= */
@@ -448,7 +486,7 @@ int grammar__ebnf_build(struct grammar_builder *b, const char *src, size_t len, 
     free(p.cls);
     free(p.names);
     if (p.err) return p.err;
-    if (b->too_large) return err_set(msg, ERR_TOO_LARGE, "grammar: too large");
+    if (b->over) return grammar__over_error(b, msg);
     for (int r = 0; r < b->n_rules; r++)
         if (strcmp(b->rules[r].name, "root") == 0 && b->rules[r].defined) return r;
     return err_set(msg, ERR_INVALID, "grammar: no 'root' rule");

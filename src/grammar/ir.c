@@ -36,9 +36,13 @@
 
 /* ---- builder ---- */
 
-void grammar__builder_init(struct grammar_builder *b)
+void grammar__builder_init(struct grammar_builder *b, const struct grammar_limits *lim)
 {
     memset(b, 0, sizeof(*b));
+    grammar_limits_resolve(lim, &b->lim);
+    grammar__meter_init(&b->meter, &b->lim);
+    b->origin_cur = -1;
+    b->over_rule = -1;
 }
 
 void grammar__builder_release(struct grammar_builder *b)
@@ -55,15 +59,22 @@ void grammar__builder_release(struct grammar_builder *b)
         free(b->sets[i]);
     free(b->sets);
     free(b->set_n);
+    for (int i = 0; i < b->n_origins; i++)
+        free(b->origins[i]);
+    free(b->origins);
     memset(b, 0, sizeof(*b));
 }
 
 int grammar__rule(struct grammar_builder *b, const char *name)
 {
-    if (b->n_rules >= GRAMMAR_MAX_RULES) {
+    if (b->n_rules >= b->lim.max_rules && !b->over) {
+        b->over = GRAMMAR_OVER_RULES;
+        b->over_rule = b->n_rules - 1;
+    }
+    grammar__charge(b, 4);
+    if (b->over && b->n_rules > 0) {
         /* Keep going on a dummy rule so callers need no error path per
-         * push; grammar__lower reports too_large. */
-        b->too_large = true;
+         * push; grammar__lower reports the bound. */
         return b->n_rules - 1;
     }
     if (b->n_rules == b->cap_rules) {
@@ -75,6 +86,7 @@ int grammar__rule(struct grammar_builder *b, const char *name)
     r->name = xstrdup(name);
     r->defined = true;
     r->rep_item = -1;
+    r->origin = b->origin_cur;
     return b->n_rules++;
 }
 
@@ -98,7 +110,11 @@ static void push(struct grammar_builder *b, int r, int kind, int arg)
         a->e = xrealloc(a->e, sizeof(*a->e) * (size_t)a->cap);
     }
     a->e[a->n++] = (struct grammar_belem){kind, arg};
-    if (++b->n_elems > GRAMMAR_MAX_ELEMS) b->too_large = true;
+    if (++b->n_elems > b->lim.max_elems && !b->over) {
+        b->over = GRAMMAR_OVER_ELEMS;
+        b->over_rule = r;
+    }
+    grammar__charge(b, 1);
 }
 
 void grammar__ref(struct grammar_builder *b, int r, int ref)
@@ -289,7 +305,7 @@ int grammar__repeat(struct grammar_builder *b, const char *name, int item, int m
     if (tail >= 0) grammar__ref(b, r, tail);
 out:
     /* A dummy rule past the rule limit must not become foldable. */
-    if (!b->too_large) {
+    if (!b->over) {
         b->rules[r].rep_item = item;
         b->rules[r].rep_min = min;
         b->rules[r].rep_max = max;
@@ -860,10 +876,11 @@ static void rep_canon(struct grammar *g, const struct grammar_builder *b)
 int grammar__lower(struct grammar_builder *b, int root, struct grammar **out, struct err_msg *msg)
 {
     int rc = 0;
-    if (b->too_large)
-        return err_set(msg, ERR_TOO_LARGE, "grammar too large (more than %d elements or %d rules)",
-                       GRAMMAR_MAX_ELEMS, GRAMMAR_MAX_RULES);
+    if (b->over) return grammar__over_error(b, msg);
     int R = b->n_rules;
+    /* Every pass below is linear in the builder's size, which the builder
+     * bounds; charging it up front keeps the meter honest. */
+    if (!grammar__charge(b, 8 * (int64_t)(b->n_elems + R))) return grammar__over_error(b, msg);
     for (int r = 0; r < R; r++)
         if (!b->rules[r].defined)
             return err_set(msg, ERR_INVALID, "rule '%s' is used but not defined", b->rules[r].name);
@@ -1026,6 +1043,14 @@ int grammar__lower(struct grammar_builder *b, int root, struct grammar **out, st
             }
     compute_follow(g);
     rep_canon(g, b);
+    g->lim = b->lim;
+    g->rule_origin = xmalloc(sizeof(int) * (size_t)(n_rules ? n_rules : 1));
+    for (int r = 0; r < n_rules; r++)
+        g->rule_origin[r] = r < R ? b->rules[r].origin : -1;
+    g->origins = b->origins;
+    g->n_origins = b->n_origins;
+    b->origins = NULL;
+    b->n_origins = b->cap_origins = 0;
     *out = g;
 out_free_flags:
     free(prod);
@@ -1055,8 +1080,15 @@ const char *grammar_kind_name(enum grammar_kind kind)
 int grammar_compile(enum grammar_kind kind, const char *src, size_t len, struct grammar **out,
                     struct err_msg *msg)
 {
+    return grammar_compile_limits(kind, src, len, NULL, out, msg);
+}
+
+int grammar_compile_limits(enum grammar_kind kind, const char *src, size_t len,
+                           const struct grammar_limits *lim, struct grammar **out,
+                           struct err_msg *msg)
+{
     struct grammar_builder b;
-    grammar__builder_init(&b);
+    grammar__builder_init(&b, lim);
     int root;
     switch (kind) {
     case GRAMMAR_EBNF:
@@ -1077,7 +1109,24 @@ int grammar_compile(enum grammar_kind kind, const char *src, size_t len, struct 
     default:
         root = err_set(msg, ERR_INVALID, "unknown grammar kind %d", (int)kind);
     }
-    int rc = root < 0 ? root : grammar__lower(&b, root, out, msg);
+    /* A bound hit while building leaves a grammar cut short: that, not
+     * whatever the front end made of it, is the error. */
+    int rc = b.over     ? grammar__over_error(&b, msg)
+             : root < 0 ? root
+                        : grammar__lower(&b, root, out, msg);
+    if (rc == 0) {
+        (*out)->kind = kind;
+        rc = grammar__dry_run(*out, &b.meter, msg);
+        if (rc && b.meter.over) {
+            b.over = b.meter.over;
+            b.over_rule = -1;
+            rc = grammar__over_error(&b, msg);
+        }
+        if (rc) {
+            grammar_unref(*out);
+            *out = NULL;
+        }
+    }
     grammar__builder_release(&b);
     return rc;
 }
@@ -1109,6 +1158,10 @@ void grammar_unref(struct grammar *g)
     free(g->rule_of);
     free(g->follow);
     free(g->rep_canon);
+    for (int i = 0; i < g->n_origins; i++)
+        free(g->origins[i]);
+    free(g->origins);
+    free(g->rule_origin);
     free(g);
 }
 

@@ -44,6 +44,7 @@ struct rx {
     struct grammar_cprange *cls; /* class scratch */
     int cls_n;                   /* ranges in scratch */
     int cls_cap;                 /* allocated */
+    const char *outer;           /* origin of the schema around a pattern, or NULL */
 };
 
 static int fail(struct rx *p, const char *what)
@@ -295,6 +296,21 @@ static void emit_chars(struct rx *p, int into, struct grammar_cprange *r, int n)
 
 static void parse_alts(struct rx *p, int r, int depth);
 
+/* Names rule after the pattern text from start to the cursor, for budget
+ * errors (budget.c): the fragment and its offset. */
+static void name_origin(struct rx *p, int rule, size_t start)
+{
+    struct grammar_builder *b = p->b;
+    if (b->over || rule < 0 || rule >= b->n_rules) return;
+    int n = (int)MIN(p->i - start, 60);
+    const char *more = p->i - start > 60 ? "..." : "";
+    b->rules[rule].origin = p->outer
+                                ? grammar__origin(b, "%s: pattern fragment '%.*s%s' at offset %zu",
+                                                  p->outer, n, p->s + start, more, start)
+                                : grammar__origin(b, "regex fragment '%.*s%s' at offset %zu", n,
+                                                  p->s + start, more, start);
+}
+
 static bool parse_class(struct rx *p)
 {
     /* cursor after '[' */
@@ -389,6 +405,7 @@ literal:
 static void parse_atom(struct rx *p, int r, int depth)
 {
     struct grammar_builder *b = p->b;
+    size_t start = p->i;
     int item = helper(p);
     grammar__alt(b, item);
     char c = p->s[p->i];
@@ -477,10 +494,15 @@ static void parse_atom(struct rx *p, int r, int depth)
             return;
         }
     }
-    if (min == 1 && max == 1)
+    /* groups and repetitions are what can blow up: name them */
+    if (c == '(') name_origin(p, item, start);
+    if (min == 1 && max == 1) {
         grammar__ref(b, r, item);
-    else
-        grammar__ref(b, r, grammar__repeat(b, b->rules[item].name, item, min, max));
+        return;
+    }
+    int rep = grammar__repeat(b, b->rules[item].name, item, min, max);
+    name_origin(p, rep, start);
+    grammar__ref(b, r, rep);
 }
 
 static void parse_seq(struct rx *p, int r, int depth)
@@ -515,6 +537,7 @@ int grammar__regex_build(struct grammar_builder *b, const char *src, size_t len,
                          bool search, struct err_msg *msg)
 {
     struct rx p = {.s = src, .n = len, .b = b, .msg = msg, .json = json_string};
+    if (b->origin_cur >= 0) p.outer = b->origins[b->origin_cur];
     int root = grammar__rule(b, json_string ? "pattern" : "root");
     /* Top-level alternatives are parsed one by one so each can carry its own
      * anchors. */
@@ -563,7 +586,9 @@ int grammar__regex_build(struct grammar_builder *b, const char *src, size_t len,
         size_t save_n = p.n;
         p.n = stop;
         int body = helper(&p);
+        size_t body_start = p.i;
         parse_alts(&p, body, 0);
+        name_origin(&p, body, body_start);
         if (!p.err && p.i < p.n)
             fail(&p, p.s[p.i] == ')' ? "unbalanced ')'" : "unexpected character");
         p.n = save_n;

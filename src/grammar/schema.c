@@ -1918,10 +1918,14 @@ static int gen(struct sc *s, json_t *node, const char *path)
         return err_set(s->msg, ERR_INVALID,
                        "json schema: %s: a schema must be an object or boolean",
                        path[0] ? path : "#");
+    /* Past a compile bound the rest would only be thrown away. */
+    if (b->over) return grammar__over_error(b, s->msg);
     if (++s->depth > SCHEMA_MAX_DEPTH) {
         s->depth--;
-        return err_set(s->msg, ERR_TOO_LARGE, "json schema: %s: nested too deeply", path);
+        return err_set(s->msg, ERR_INVALID, "json schema: %s: nested too deeply", path);
     }
+    int origin = b->origin_cur; /* rules made below come from this subschema */
+    b->origin_cur = grammar__origin(b, "json schema: %s", path);
     int rc = 0;
     json_t *own = NULL; /* node rewritten by rewrite() */
     json_t *ref = json_object_get(node, "$ref");
@@ -2083,6 +2087,7 @@ static int gen(struct sc *s, json_t *node, const char *path)
 out:
     json_decref(own);
     s->depth--;
+    b->origin_cur = origin;
     return rc;
 }
 
