@@ -33,8 +33,10 @@
  * fragment and offset, the GBNF rule and line, the JSON Schema pointer).
  * A large set of stacks is charged to the outermost rule whose frames sit
  * at several positions across the stacks - where they fan out (the outer
- * repetition of ((a?b?){30}){30}) - else to the rule their common frame
- * calls (an enum of thousands of strings).
+ * repetition of ((a?b?){30}){30}; the opt_k rules of one bounded
+ * repetition count as that repetition) - else to the rule their common
+ * frame calls, else to the origin most of their leaves share (an enum of
+ * thousands of strings).
  *
  * Thread: pure functions of their arguments; grammar_probe takes the
  * grammar's table lock like any matcher.
@@ -251,6 +253,8 @@ int grammar__blame(const struct grammar *g, const struct grammar_pool *p, const 
             if (nc.n[k] < 2) continue;
             int32_t pos = p->pos[node];
             int r = g->rule_of[pos];
+            /* the opt_k rules of one bounded repetition are one construct */
+            if (g->rule_owner[r] >= 0) r = g->rule_owner[r];
             if (first_pos[r] < 0)
                 first_pos[r] = pos;
             else if (first_pos[r] != pos)

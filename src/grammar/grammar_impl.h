@@ -79,6 +79,9 @@ struct grammar_brule {
     int origin;                /* index into the builder's origins, or -1 */
     int rep_left;              /* grammar__repeat's opt_k (k optional items left), else 0 */
     int rep_next;              /* for opt_k: opt_{k-1}, or -1 */
+    int rep_owner;             /* a repetition's helper (its star or opt_k): the rule
+                                  grammar__repeat returned, else -1 (messages charge the
+                                  helpers to it) */
     int rep_item;              /* a grammar__repeat result: the item repeated, else -1 */
     int rep_min, rep_max;      /* its bounds (rep_max GRAMMAR_INF: unbounded) */
 };
@@ -223,6 +226,7 @@ struct grammar {
     char **origins;             /* (n_origins) the builder's origins; owned */
     int n_origins;              /* entries */
     int *rule_origin;           /* (n_rules) index into origins, or -1 */
+    int *rule_owner;            /* (n_rules) the repetition a helper rule belongs to, or -1 */
     enum grammar_kind kind;     /* front end (messages without an origin) */
     struct grammar_elem *elems; /* (n_elems) the program */
     int n_elems;                /* positions */

@@ -86,6 +86,7 @@ int grammar__rule(struct grammar_builder *b, const char *name)
     r->name = xstrdup(name);
     r->defined = true;
     r->rep_item = -1;
+    r->rep_owner = -1;
     r->origin = b->origin_cur;
     return b->n_rules++;
 }
@@ -275,6 +276,7 @@ int grammar__repeat(struct grammar_builder *b, const char *name, int item, int m
         /* star ::= item star | "" ; result ::= item{min} star */
         snprintf(nm, sizeof(nm), "%s-star", name);
         int star = grammar__rule(b, nm);
+        if (!b->over) b->rules[star].rep_owner = r;
         grammar__alt(b, star);
         grammar__ref(b, star, item);
         grammar__ref(b, star, star);
@@ -291,6 +293,7 @@ int grammar__repeat(struct grammar_builder *b, const char *name, int item, int m
     for (int k = 1; k <= max - min; k++) {
         snprintf(nm, sizeof(nm), "%s-opt%d", name, k);
         int o = grammar__rule(b, nm);
+        if (!b->over) b->rules[o].rep_owner = r;
         grammar__alt(b, o);
         grammar__ref(b, o, item);
         if (tail >= 0) grammar__ref(b, o, tail);
@@ -1045,8 +1048,11 @@ int grammar__lower(struct grammar_builder *b, int root, struct grammar **out, st
     rep_canon(g, b);
     g->lim = b->lim;
     g->rule_origin = xmalloc(sizeof(int) * (size_t)(n_rules ? n_rules : 1));
-    for (int r = 0; r < n_rules; r++)
+    g->rule_owner = xmalloc(sizeof(int) * (size_t)(n_rules ? n_rules : 1));
+    for (int r = 0; r < n_rules; r++) {
         g->rule_origin[r] = r < R ? b->rules[r].origin : -1;
+        g->rule_owner[r] = r < R ? b->rules[r].rep_owner : -1;
+    }
     g->origins = b->origins;
     g->n_origins = b->n_origins;
     b->origins = NULL;
@@ -1162,6 +1168,7 @@ void grammar_unref(struct grammar *g)
         free(g->origins[i]);
     free(g->origins);
     free(g->rule_origin);
+    free(g->rule_owner);
     free(g);
 }
 

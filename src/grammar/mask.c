@@ -650,8 +650,14 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
                                        const struct grammar_trie *t, const int32_t *key, int n_key,
                                        bool root, struct grammar_work *wk)
 {
-    if (g->walker &&
-        (g->walker->pool.n > WALKER_MAX_NODES || g->walker->n_states > WALKER_MAX_STATES)) {
+    /* A walker small next to the budget: growing one of its arrays (a
+     * rehash of every node, a copy of every leaf) is charged to the walk
+     * that triggers it, and must not overshoot the bound by much (an
+     * eighth, at most). */
+    struct grammar_walker *old = g->walker;
+    if (old && (old->pool.n > MIN(WALKER_MAX_NODES, g->lim.mask_work / 16) ||
+                old->n_states > MIN(WALKER_MAX_STATES, g->lim.mask_work / 64) ||
+                old->n_leaves > g->lim.mask_work / 8)) {
         grammar__walker_free(g->walker);
         g->walker = NULL;
     }

@@ -1922,7 +1922,9 @@ static int gen(struct sc *s, json_t *node, const char *path)
     if (b->over) return grammar__over_error(b, s->msg);
     if (++s->depth > SCHEMA_MAX_DEPTH) {
         s->depth--;
-        return err_set(s->msg, ERR_INVALID, "json schema: %s: nested too deeply", path);
+        return err_set(s->msg, ERR_INVALID,
+                       "json schema: nested too deeply (more than %d levels) at %s",
+                       SCHEMA_MAX_DEPTH, path);
     }
     int origin = b->origin_cur; /* rules made below come from this subschema */
     b->origin_cur = grammar__origin(b, "json schema: %s", path);
