@@ -975,14 +975,19 @@ int grammar_matcher_fill_mask(struct grammar_matcher *m, uint64_t *mask)
         }
         n_tabs = i + 1;
         for (const struct grammar_posmask *pm = tabs[i]; pm; pm = pm->base) {
-            if (pm->accept) {
+            /* Locals: the stores into mask could alias the table's fields,
+             * which would reload them every iteration. */
+            const uint64_t *acc = pm->accept;
+            const int32_t *list = pm->accept_list;
+            int n_acc = pm->n_accept;
+            if (acc) {
                 for (int w = 0; w < words; w++)
-                    mask[w] |= pm->accept[w];
+                    mask[w] |= acc[w];
                 wk.used += words >> 3;
             } else {
-                for (int j = 0; j < pm->n_accept; j++)
-                    mask[pm->accept_list[j] >> 6] |= 1ull << (pm->accept_list[j] & 63);
-                wk.used += pm->n_accept >> 2;
+                for (int j = 0; j < n_acc; j++)
+                    mask[list[j] >> 6] |= 1ull << (list[j] & 63);
+                wk.used += n_acc >> 2;
             }
             any_uncertain |= pm->n_uncertain > 0;
         }
