@@ -16,7 +16,11 @@
  * cancel, stats, kv events) must come from one thread at a time - in a server,
  * the engine thread, to which other threads hand requests and cancellations
  * through queues of their own. Nothing here locks. Models are read-only after
- * load and may be shared by engines on different threads.
+ * load and may be shared by engines on different threads; the exception is
+ * their grammar state (vocabulary and compile cache, built on first use and
+ * locked inside), which is why inferd_grammar_compile may run on any thread,
+ * e.g. a server's preparation threads. A model outlives its engines and the
+ * grammars compiled for it.
  *
  * Scheduling: each step first gives one decode token to every running request
  * whose prompt is done, then prefill chunks in priority order (higher
