@@ -411,6 +411,7 @@ static void parse_item(struct ebnf *p, int r, int depth)
         /* One alternative: inline it and leave the helper empty (an empty
          * rule derives nothing and is dropped when lowering). */
         struct grammar_balt a = it->alts[0];
+        it->alts[0] = (struct grammar_balt){0}; /* its buffer is freed below */
         it->n_alts = 0;
         for (int k = 0; k < a.n; k++)
             if (a.e[k].kind == GRAMMAR_B_REF)

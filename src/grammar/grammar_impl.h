@@ -75,6 +75,9 @@ struct grammar_brule {
     struct grammar_balt *alts; /* (n_alts) */
     int n_alts;                /* alternatives */
     int cap;                   /* allocated */
+    int n_init;                /* slots initialized: a front end may lower n_alts to start the
+                                  rule over, and the buffers of the slots it gave back are
+                                  reused (or freed with the builder) */
     bool defined;              /* EBNF: a definition was seen */
     int origin;                /* index into the builder's origins, or -1 */
     int rep_left;              /* grammar__repeat's opt_k (k optional items left), else 0 */

@@ -49,7 +49,7 @@ void grammar__builder_release(struct grammar_builder *b)
 {
     for (int i = 0; i < b->n_rules; i++) {
         struct grammar_brule *r = &b->rules[i];
-        for (int j = 0; j < r->n_alts; j++)
+        for (int j = 0; j < r->n_init; j++)
             free(r->alts[j].e);
         free(r->alts);
         free(r->name);
@@ -98,7 +98,14 @@ void grammar__alt(struct grammar_builder *b, int r)
         ru->cap = ru->cap ? 2 * ru->cap : 2;
         ru->alts = xrealloc(ru->alts, sizeof(*ru->alts) * (size_t)ru->cap);
     }
-    memset(&ru->alts[ru->n_alts++], 0, sizeof(struct grammar_balt));
+    struct grammar_balt *a = &ru->alts[ru->n_alts++];
+    if (ru->n_alts <= ru->n_init) {
+        /* a slot a front end gave back (n_alts lowered): keep its buffer */
+        a->n = 0;
+        return;
+    }
+    memset(a, 0, sizeof(*a));
+    ru->n_init = ru->n_alts;
 }
 
 static void push(struct grammar_builder *b, int r, int kind, int arg)

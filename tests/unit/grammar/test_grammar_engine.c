@@ -302,9 +302,12 @@ static int submit_g(inferd_engine *e, const struct inferd_grammar *g, uint64_t s
     return inferd_submit(e, &r, id, err, 512);
 }
 
-static const char *const compile_srcs[3] = {
+static const char compile_src0[] =
     "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":0,"
-    "\"maximum\":99},\"s\":{\"type\":\"string\",\"maxLength\":8}},\"required\":[\"n\",\"s\"]}",
+    "\"maximum\":99},\"s\":{\"type\":\"string\",\"maxLength\":8}},\"required\":[\"n\",\"s\"]}";
+
+static const char *const compile_srcs[3] = {
+    compile_src0,
     "{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\",\"blue\"]},\"maxItems\":4}",
     "{\"type\":\"object\",\"not\":{\"enum\":[1]}}", /* refused */
 };
