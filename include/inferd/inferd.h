@@ -16,7 +16,11 @@
  * cancel, stats, kv events) must come from one thread at a time - in a server,
  * the engine thread, to which other threads hand requests and cancellations
  * through queues of their own. Nothing here locks. Models are read-only after
- * load and may be shared by engines on different threads.
+ * load and may be shared by engines on different threads; the exception is
+ * their grammar state (vocabulary and compile cache, built on first use and
+ * locked inside), which is why inferd_grammar_compile may run on any thread,
+ * e.g. a server's preparation threads. A model outlives its engines and the
+ * grammars compiled for it.
  *
  * Scheduling: each step first gives one decode token to every running request
  * whose prompt is done, then prefill chunks in priority order (higher
@@ -60,6 +64,7 @@ extern "C" {
 
 typedef struct inferd_model inferd_model;
 typedef struct inferd_engine inferd_engine;
+typedef struct inferd_compiled_grammar inferd_compiled_grammar;
 
 const char *inferd_strerror(int code);
 
@@ -139,10 +144,37 @@ enum inferd_grammar_kind {
                                        strings and {"schema": ..., "label": ...} pieces */
 };
 
+/* Budgets of one grammar (docs/grammar.md, "Limits"); 0 takes the default.
+ * A grammar beyond them is refused (ERR_INVALID, the message naming the
+ * construct: regex fragment and offset, GBNF rule and line, JSON Schema
+ * pointer); one that only shows it while generating fails its request
+ * alone with an INFERD_FINISH_ERROR event. */
+struct inferd_grammar_limits {
+    int max_rules;          /* builder rules */
+    int max_elems;          /* lowered program elements */
+    int64_t compile_work;   /* work units of one compile */
+    int64_t compile_cpu_ms; /* thread CPU time of one compile */
+    int max_stacks;         /* stacks alive in one matcher state */
+    int max_nodes;          /* stack nodes one request's matcher holds */
+    int64_t step_work;      /* work units one generated token may cost the matcher */
+    int64_t mask_work;      /* work units one token mask may cost (bounds how long a step can
+                               wait for a mask) */
+    int probe_steps;        /* dry-run token steps at compile (< 0: none) */
+    int64_t table_bytes;    /* mask-table memory one compiled grammar caches */
+};
+
 struct inferd_grammar {
-    enum inferd_grammar_kind kind; /* NONE: no constraint */
-    const char *source;            /* (len) grammar text, compiled (and cached) at submit */
-    size_t len;                    /* bytes of source */
+    enum inferd_grammar_kind kind;              /* NONE: no constraint (unless compiled) */
+    const char *source;                         /* (len) grammar text, compiled at submit on
+                                                   the calling thread (through the model's
+                                                   cache) when compiled is NULL */
+    size_t len;                                 /* bytes of source */
+    const struct inferd_grammar_limits *limits; /* NULL: defaults */
+    const inferd_compiled_grammar *compiled;    /* from inferd_grammar_compile (then kind,
+                                                   source and limits are not read): submit
+                                                   only makes a matcher, taking its own
+                                                   reference; the caller may free its handle
+                                                   once inferd_submit returned */
 };
 
 struct inferd_request {
@@ -183,20 +215,47 @@ struct inferd_event {
     struct inferd_token_logprob top[20]; /* alternatives, most likely first */
     enum inferd_finish finish;           /* NONE while the request goes on */
     int n_prompt;                        /* usage: prompt tokens (on finish) */
-    int n_cached;    /* usage: of those, read from the prefix cache (on finish) */
-    double queue_s;  /* seconds from submit to first admission (on finish; 0 if never
-                        admitted) */
-    int n_generated; /* usage: generated so far */
-    int error;       /* on INFERD_FINISH_ERROR: the code (ERR_INTERNAL if a grammar
-                        allows no token of this vocabulary) */
+    int n_cached;      /* usage: of those, read from the prefix cache (on finish) */
+    double queue_s;    /* seconds from submit to first admission (on finish; 0 if never
+                          admitted) */
+    int n_generated;   /* usage: generated so far */
+    int error;         /* on INFERD_FINISH_ERROR: the code (ERR_INTERNAL if a grammar
+                          allows no token of this vocabulary; ERR_INVALID if it ran past a
+                          budget while generating) */
+    char message[256]; /* on INFERD_FINISH_ERROR: what happened, naming the construct
+                          ("regex fragment '((a?b?){30}){30}' at offset 0: too costly: a token
+                          mask needs more than 4194304 work units ..."); empty otherwise */
 };
 
-/* Validates and queues the request; everything it points to is copied.
- * Errors, with a message naming the field: ERR_INVALID (bad token id,
- * max_tokens, sampling parameter), ERR_TOO_LARGE (prompt, or prompt +
- * max_tokens, longer than max_ctx), ERR_OVERLOADED (max_waiting requests
- * wait already; nothing was queued); a grammar that does not compile is
- * ERR_INVALID with "grammar: ...". */
+/* ---- grammars compiled off the engine thread ---- */
+
+/* Compiles g (kind, source, limits; g->compiled must be NULL) for model m:
+ * parse, lower, the dry runs, and the grammar's first mask tables, under
+ * its budgets, through the model's compile cache (a grammar sent again is
+ * a cache hit; a refusal is remembered too). The model's grammar
+ * vocabulary (token bytes + trie) is built on the first call, once.
+ * Any thread, any number at once (the cache and the vocabulary build are
+ * locked; a grammar's mask tables have their own lock). Returns 0 with *out
+ * a handle owned by the caller, or ERR_INVALID (bad kind or source, a
+ * budget exceeded: the message names the construct), ERR_FORMAT /
+ * ERR_UNSUPPORTED (the model's tokenizer cannot be read as token bytes),
+ * with a message in err. The handle is immutable: it may be used for any
+ * number of submits to any engine on m, from any thread. */
+int inferd_grammar_compile(inferd_model *m, const struct inferd_grammar *g,
+                           inferd_compiled_grammar **out, char *err, size_t err_len);
+/* Frees the caller's handle (requests submitted with it keep their own
+ * reference). NULL is fine. Any thread. */
+void inferd_compiled_grammar_free(inferd_compiled_grammar *cg);
+
+/* Validates and queues the request; everything it points to is copied (a
+ * compiled grammar is referenced). Errors, with a message naming the field:
+ * ERR_INVALID (bad token id, max_tokens, sampling parameter, a compiled
+ * grammar of another model), ERR_TOO_LARGE (prompt, or prompt + max_tokens,
+ * longer than max_ctx), ERR_OVERLOADED (max_waiting requests wait already;
+ * nothing was queued); a grammar source that does not compile is
+ * ERR_INVALID with the compiler's message. Compiling a source here runs on the
+ * calling thread - the engine's - under the same budgets; servers compile
+ * with inferd_grammar_compile on their own threads instead. */
 int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id, char *err,
                   size_t err_len);
 /* Finishes the request now: its KV blocks are released before this returns

@@ -62,8 +62,9 @@ struct gopts {
     long parallel; /* gen: generations running at once (0: 64) */
     double temp;
     bool dump, json, verify;
-    bool inline_masks;  /* gen: masks after the forward (engine grammar_inline) */
-    bool unconstrained; /* gen: the same requests without the grammar (a baseline) */
+    bool inline_masks;         /* gen: masks after the forward (engine grammar_inline) */
+    bool unconstrained;        /* gen: the same requests without the grammar (a baseline) */
+    struct grammar_limits lim; /* --mask-work, --step-work, --max-stacks (0: defaults) */
 };
 
 /* GRAMMAR options: each replaces the grammar given before it. */
@@ -131,12 +132,43 @@ static void grammar_usage(FILE *out)
         "run 'inferd grammar check|gen|bench --help' for a subcommand's options.\n");
 }
 
+/* check -m MODEL: the path a server takes (inferd_grammar_compile: compile,
+ * dry runs and the probe over the model's vocabulary, through its cache). */
+static int check_model(struct gopts *o)
+{
+    char err[512];
+    inferd_model *model;
+    if (inferd_model_load(o->model, &model, err, sizeof(err))) {
+        fprintf(stderr, "inferd: cannot load model '%s': %s\n", o->model, err);
+        return 1;
+    }
+    struct inferd_grammar_limits lim = {.mask_work = o->lim.mask_work,
+                                        .step_work = o->lim.step_work,
+                                        .max_stacks = o->lim.max_stacks};
+    struct inferd_grammar gr = {
+        .kind = (enum inferd_grammar_kind)o->kind, .source = o->src, .len = o->len, .limits = &lim};
+    inferd_compiled_grammar *cg = NULL;
+    double t0 = time_now_s();
+    int rc = inferd_grammar_compile(model, &gr, &cg, err, sizeof(err));
+    double t1 = time_now_s();
+    if (rc)
+        fprintf(stderr, "inferd: grammar: %s\n", err);
+    else
+        printf("ok: %s grammar, compiled and probed over the model's vocabulary in %.3f ms (the "
+               "vocabulary built on first use included)\n",
+               grammar_kind_name(o->kind), (t1 - t0) * 1e3);
+    inferd_compiled_grammar_free(cg);
+    inferd_model_free(model);
+    return rc ? 1 : 0;
+}
+
 static int check(struct gopts *o)
 {
+    if (o->model) return check_model(o);
     struct err_msg m = {{0}};
     struct grammar *g;
     double t0 = time_now_s();
-    int rc = grammar_compile(o->kind, o->src, o->len, &g, &m);
+    int rc = grammar_compile_limits(o->kind, o->src, o->len, &o->lim, &g, &m);
     double t1 = time_now_s();
     if (rc) {
         fprintf(stderr, "inferd: grammar: %s\n", m.text);
@@ -356,10 +388,26 @@ static uint64_t splitmix(uint64_t *x)
     return z ^ (z >> 31);
 }
 
+/* Work units of the masks of a pass (grammar budgets, budget.c). */
+struct work_out {
+    double units;  /* sum over masks */
+    double max;    /* largest */
+    long n_failed; /* walks stopped by a budget */
+};
+
+/* Prints a walk's budget error (once per pass). */
+static void walk_failed(struct grammar_matcher *m, struct work_out *wo, long s)
+{
+    const char *text;
+    grammar_matcher_error(m, &text);
+    if (wo->n_failed++ == 0)
+        fprintf(stderr, "inferd: grammar bench: walk stopped at step %ld: %s\n", s, text);
+}
+
 /* Random walks: each step fills a mask (timed) and takes a random allowed
  * token. Returns the number of masks timed into t. */
 static long walks(struct grammar *g, struct grammar_vocab *v, long n_walks, long n_steps,
-                  uint64_t seed, bool verify, double *t, long *n_done)
+                  uint64_t seed, bool verify, double *t, long *n_done, struct work_out *wo)
 {
     int n_vocab = grammar_vocab_n(v);
     uint64_t *mask = xmalloc(sizeof(uint64_t) * (size_t)((n_vocab + 63) / 64));
@@ -372,6 +420,13 @@ static long walks(struct grammar *g, struct grammar_vocab *v, long n_walks, long
             double t0 = cpu_now_s();
             int cnt = grammar_matcher_fill_mask(m, mask);
             t[n++] = cpu_now_s() - t0;
+            double units = (double)grammar_matcher_last_work(m);
+            wo->units += units;
+            wo->max = MAX(wo->max, units);
+            if (cnt < 0) {
+                walk_failed(m, wo, s);
+                break;
+            }
             /* --verify: every token against a byte walk from the state */
             for (int i = 0; verify && i < n_vocab; i++) {
                 bool in_mask = (mask[i >> 6] >> (i & 63)) & 1;
@@ -390,7 +445,11 @@ static long walks(struct grammar *g, struct grammar_vocab *v, long n_walks, long
             /* Prefer ending when possible half of the time, so walks
              * complete and cover the whole grammar. */
             int32_t tok = allowed[splitmix(&seed) % (uint64_t)k];
-            CHECK(grammar_matcher_accept_token(m, tok));
+            if (!grammar_matcher_accept_token(m, tok)) {
+                CHECK(grammar_matcher_error(m, NULL)); /* only a budget refuses an allowed token */
+                walk_failed(m, wo, s);
+                break;
+            }
             if (grammar_matcher_is_terminated(m)) {
                 (*n_done)++;
                 break;
@@ -412,11 +471,11 @@ static int bench(struct gopts *o)
     int rc = 1;
     struct err_msg m = {{0}};
     struct grammar *g = NULL;
-    /* compile: best of 5 fresh compiles (parse + lower, no mask tables) */
+    /* compile: best of 5 fresh compiles (parse + lower + dry run, no mask tables) */
     double compile_s = 1e9;
     for (int i = 0; i < 5; i++) {
         double t0 = cpu_now_s();
-        if (grammar_compile(o->kind, o->src, o->len, &g, &m)) {
+        if (grammar_compile_limits(o->kind, o->src, o->len, &o->lim, &g, &m)) {
             fprintf(stderr, "inferd: grammar: %s\n", m.text);
             goto out_vocab;
         }
@@ -428,12 +487,16 @@ static int bench(struct gopts *o)
     double *tc = xmalloc(sizeof(double) * (size_t)(n_walks * n_steps + 1));
     double *tw = xmalloc(sizeof(double) * (size_t)(n_walks * n_steps + 1));
     long done_c, done_w;
+    struct work_out wc = {0}, ww = {0};
     /* cold: tables are computed as contexts first appear; warm: the same
      * walks again (every table cached) */
     double t0 = time_now_s(), c0 = cpu_now_s();
-    long nc = walks(g, v, n_walks, n_steps, 1, o->verify, tc, &done_c);
+    long nc = walks(g, v, n_walks, n_steps, 1, o->verify, tc, &done_c, &wc);
     double t1 = time_now_s(), c1 = cpu_now_s();
-    long nw = walks(g, v, n_walks, n_steps, 1, false, tw, &done_w);
+    long nw = walks(g, v, n_walks, n_steps, 1, false, tw, &done_w, &ww);
+    double mask_cpu_s = 0;
+    for (long i = 0; i < nc; i++)
+        mask_cpu_s += tc[i];
     struct stat_out sc, sw;
     summarize(tc, nc, &sc);
     summarize(tw, nw, &sw);
@@ -446,10 +509,14 @@ static int bench(struct gopts *o)
                "%.2f,\"p50_us\":%.2f,"
                "\"p99_us\":%.2f,\"max_us\":%.2f,\"walks_completed\":%ld},"
                "\"warm\":{\"masks\":%ld,\"mean_us\":%.2f,\"p50_us\":%.2f,\"p99_us\":%.2f,"
-               "\"max_us\":%.2f,\"walks_completed\":%ld}}\n",
+               "\"max_us\":%.2f,\"walks_completed\":%ld},"
+               "\"work\":{\"cold_mean_units\":%.0f,\"cold_max_units\":%.0f,\"cold_ns_per_unit\":"
+               "%.2f,\"warm_mean_units\":%.0f,\"mask_work_limit\":%lld,\"walks_stopped\":%ld}}\n",
                grammar_vocab_n(v), vocab_s * 1e3, compile_s * 1e3, n_tabs, sc.n, (c1 - c0) * 1e3,
                sc.mean_us, sc.p50_us, sc.p99_us, sc.max_us, done_c, sw.n, sw.mean_us, sw.p50_us,
-               sw.p99_us, sw.max_us, done_w);
+               sw.p99_us, sw.max_us, done_w, nc ? wc.units / (double)nc : 0, wc.max,
+               wc.units > 0 ? mask_cpu_s * 1e9 / wc.units : 0, nw ? ww.units / (double)nw : 0,
+               (long long)grammar_limits_of(g)->mask_work, wc.n_failed);
     } else {
         printf("vocabulary: %d tokens, bytes + trie built in %.1f ms\n", grammar_vocab_n(v),
                vocab_s * 1e3);
@@ -463,6 +530,11 @@ static int bench(struct gopts *o)
         printf("warm masks: %ld masks, mean %.1f us, p50 %.1f us, p99 %.1f us, max %.1f us; "
                "%ld/%ld walks completed\n",
                sw.n, sw.mean_us, sw.p50_us, sw.p99_us, sw.max_us, done_w, n_walks);
+        printf("mask work: cold mean %.0f units, max %.0f (budget %lld), %.2f ns/unit; warm "
+               "mean %.0f; %ld walks stopped by a budget\n",
+               nc ? wc.units / (double)nc : 0, wc.max, (long long)grammar_limits_of(g)->mask_work,
+               wc.units > 0 ? mask_cpu_s * 1e9 / wc.units : 0, nw ? ww.units / (double)nw : 0,
+               wc.n_failed);
     }
     free(tc);
     free(tw);
@@ -491,9 +563,21 @@ int cmd_grammar(int argc, char **argv)
         return CMD_EXIT_USAGE;
     }
     struct gopts o = {0};
+#define BUDGET_OPTS(o)                                                                             \
+    CMD_OPT_INT("mask-work", 0, "N", "work units one mask may cost (default: the engine's)",       \
+                &(o)->lim.mask_work, 1, 1L << 62),                                                 \
+        CMD_OPT_INT("step-work", 0, "N", "work units one token may cost the matcher",              \
+                    &(o)->lim.step_work, 1, 1L << 62),                                             \
+        CMD_OPT_INT("max-stacks", 0, "N", "stacks alive in one matcher state",                     \
+                    &(o)->lim.max_stacks, 1, 1 << 30)
     const struct cmd_opt check_opts[] = {
         GRAMMAR_OPTS(&o),
         CMD_OPT_FLAG("dump", 0, "print the compiled rules", &o.dump),
+        CMD_OPT_STR("model", 'm', "FILE",
+                    "compile as the server does: with the dry runs and the\nprobe over this "
+                    "model's vocabulary",
+                    &o.model),
+        BUDGET_OPTS(&o),
         CMD_OPT_END,
     };
     const struct cmd_opt gen_opts[] = {
@@ -522,12 +606,13 @@ int cmd_grammar(int argc, char **argv)
         CMD_OPT_INT("steps", 0, "N", "masks per walk at most (default 400)", &o.steps, 1, 1000000),
         CMD_OPT_FLAG("json", 0, "print the figures as one JSON object", &o.json),
         CMD_OPT_FLAG("verify", 0, "check every mask against a byte walk of every token", &o.verify),
+        BUDGET_OPTS(&o),
         CMD_OPT_END,
     };
     struct cmd_spec spec = {.epilog = GRAMMAR_SYNOPSIS};
     if (!strcmp(sub, "check")) {
         spec.name = "grammar check";
-        spec.synopsis = "GRAMMAR [--dump]";
+        spec.synopsis = "GRAMMAR [--dump] [-m MODEL]";
         spec.about = "Compiles the grammar; prints its size or the error.";
         spec.opts = check_opts;
     } else if (!strcmp(sub, "gen")) {

@@ -1,6 +1,6 @@
 /*
- * constrain.c - see constrain.h. Glue and the mask helper thread; the
- * matching itself is in src/grammar/.
+ * constrain.c - see constrain.h. Glue, the per-model vocabulary and cache,
+ * and the mask helper thread; the matching itself is in src/grammar/.
  */
 #include "engine/constrain.h"
 
@@ -9,13 +9,67 @@
 
 #include <string.h>
 
-void constrain_init(struct constrain *c, const struct model *m, const int32_t *eog, int n_eog,
-                    bool inline_masks)
+void constrain_model_init(struct constrain_model *cm, const struct model *m, const int32_t *eog,
+                          int n_eog)
+{
+    memset(cm, 0, sizeof(*cm));
+    cm->m = m;
+    cm->n_eog = MIN(n_eog, (int)ARRAY_LEN(cm->eog));
+    memcpy(cm->eog, eog, sizeof(int32_t) * (size_t)cm->n_eog);
+    pthread_mutex_init(&cm->mu, NULL);
+}
+
+void constrain_model_release(struct constrain_model *cm)
+{
+    grammar_cache_free(cm->cache);
+    grammar_vocab_free(cm->vocab);
+    pthread_mutex_destroy(&cm->mu);
+    memset(cm, 0, sizeof(*cm));
+}
+
+int constrain_model_get(struct constrain_model *cm, struct grammar_vocab **v,
+                        struct grammar_cache **c, struct err_msg *msg)
+{
+    /* Double-checked: once built, the vocabulary and cache never change, and
+     * the release store below orders their contents before the pointer. */
+    struct grammar_vocab *vocab = __atomic_load_n(&cm->vocab, __ATOMIC_ACQUIRE);
+    if (!vocab) {
+        pthread_mutex_lock(&cm->mu);
+        vocab = cm->vocab;
+        if (!vocab && !cm->err) {
+            struct grammar_vocab *built = NULL;
+            cm->err = grammar_vocab_from_gguf(cm->m->gguf, cm->m->hp.n_vocab, cm->eog, cm->n_eog,
+                                              &built, &cm->err_msg);
+            if (!cm->err) {
+                cm->cache = grammar_cache_new(built, CONSTRAIN_CACHE_GRAMMARS);
+                __atomic_store_n(&cm->vocab, built, __ATOMIC_RELEASE);
+                vocab = built;
+            }
+        }
+        int err = cm->err;
+        if (err) err_set(msg, err, "%s", cm->err_msg.text);
+        pthread_mutex_unlock(&cm->mu);
+        if (err) return err;
+    }
+    if (v) *v = vocab;
+    if (c) *c = cm->cache;
+    return 0;
+}
+
+int constrain_compile(struct constrain_model *cm, enum grammar_kind kind, const char *src,
+                      size_t len, const struct grammar_limits *lim, struct grammar **out,
+                      struct err_msg *msg)
+{
+    struct grammar_cache *cache;
+    int rc = constrain_model_get(cm, NULL, &cache, msg);
+    if (rc) return rc;
+    return grammar_cache_get(cache, kind, src, len, lim, out, msg);
+}
+
+void constrain_init(struct constrain *c, struct constrain_model *cm, bool inline_masks)
 {
     memset(c, 0, sizeof(*c));
-    c->m = m;
-    c->n_eog = MIN(n_eog, (int)ARRAY_LEN(c->eog));
-    memcpy(c->eog, eog, sizeof(int32_t) * (size_t)c->n_eog);
+    c->cm = cm;
     c->inline_masks = inline_masks;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
@@ -54,27 +108,26 @@ void constrain_release(struct constrain *c)
     }
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
-    grammar_cache_free(c->cache);
-    grammar_vocab_free(c->vocab);
     memset(c, 0, sizeof(*c));
 }
 
-int constrain_attach(struct constrain *c, enum grammar_kind kind, const char *src, size_t len,
-                     struct grammar_matcher **out, struct err_msg *msg)
+int constrain_attach(struct constrain *c, struct grammar *g, struct grammar_matcher **out,
+                     struct err_msg *msg)
 {
-    if (!c->vocab) {
-        int rc =
-            grammar_vocab_from_gguf(c->m->gguf, c->m->hp.n_vocab, c->eog, c->n_eog, &c->vocab, msg);
-        if (rc) return rc;
-        c->cache = grammar_cache_new(c->vocab, CONSTRAIN_CACHE_GRAMMARS);
-        /* Without a helper the masks are simply filled inline. */
-        if (!c->inline_masks) c->helper_on = pthread_create(&c->helper, NULL, helper_main, c) == 0;
-    }
-    struct grammar *g;
-    int rc = grammar_cache_get(c->cache, kind, src, len, &g, msg);
+    struct grammar_vocab *v;
+    int rc = constrain_model_get(c->cm, &v, NULL, msg);
     if (rc) return rc;
-    *out = grammar_matcher_new(g, c->vocab);
-    grammar_unref(g);
+    struct grammar_matcher *m = grammar_matcher_new(g, v);
+    const char *text;
+    if ((rc = grammar_matcher_error(m, &text))) {
+        err_set(msg, rc, "%s", text);
+        grammar_matcher_free(m);
+        return rc;
+    }
+    /* Without a helper the masks are simply filled inline. */
+    if (!c->inline_masks && !c->helper_on)
+        c->helper_on = pthread_create(&c->helper, NULL, helper_main, c) == 0;
+    *out = m;
     return 0;
 }
 
@@ -112,10 +165,17 @@ void constrain_masks_wait(struct constrain *c)
     pthread_mutex_unlock(&c->mu);
 }
 
-bool constrain_advance(struct grammar_matcher *m, int32_t token)
+int constrain_advance(struct grammar_matcher *m, int32_t token, bool *done)
 {
-    bool ok = grammar_matcher_accept_token(m, token);
-    CHECK(ok); /* the sampler only draws tokens inside the mask */
-    return grammar_matcher_is_terminated(m) ||
-           (grammar_matcher_is_accepting(m) && !grammar_matcher_can_continue(m));
+    *done = false;
+    if (!grammar_matcher_accept_token(m, token)) {
+        /* The sampler only draws tokens inside the mask: only a budget can
+         * refuse one. */
+        int rc = grammar_matcher_error(m, NULL);
+        CHECK(rc != 0);
+        return rc;
+    }
+    *done = grammar_matcher_is_terminated(m) ||
+            (grammar_matcher_is_accepting(m) && !grammar_matcher_can_continue(m));
+    return 0;
 }

@@ -91,9 +91,17 @@
 #define ENGINE_NUMERICS_VERSION "inferd-kv-numerics-3"
 
 struct inferd_model {
-    struct model *m; /* loaded weights */
-    int32_t eog[8];  /* end-of-generation token ids */
-    int n_eog;       /* entries of eog */
+    struct model *m;                /* loaded weights */
+    int32_t eog[8];                 /* end-of-generation token ids */
+    int n_eog;                      /* entries of eog */
+    struct constrain_model grammar; /* grammar vocabulary + compile cache (first use, any thread) */
+};
+
+/* A grammar compiled for one model (inferd_grammar_compile): immutable, so
+ * any thread may submit with it; each request takes its own reference. */
+struct inferd_compiled_grammar {
+    const struct inferd_model *model; /* whose vocabulary its mask tables are for */
+    struct grammar *g;                /* one reference */
 };
 
 enum req_state { REQ_STATE_WAITING, REQ_STATE_RUNNING, REQ_STATE_FINISHED };
@@ -126,7 +134,8 @@ struct req {
 
     struct grammar_matcher *gm; /* structured output state, or NULL */
     uint64_t *mask;             /* ((n_vocab + 63) / 64) allowed tokens when gm */
-    int mask_allowed;           /* tokens in mask as filled during this step's forward; -1: not */
+    int mask_allowed;           /* constrain_mask's result as filled during this step's forward;
+                                   INT_MIN: not filled */
 };
 
 struct inferd_engine {
@@ -151,8 +160,8 @@ struct inferd_engine {
     bool *b_want;                      /* (token_budget) */
     struct req **b_out_req;            /* (token_budget) request of each logits row */
     struct sampler_result *b_res;      /* (token_budget) sampled result of each logits row */
-    bool *b_mask_ok;                   /* (token_budget) row may be sampled (its grammar allows
-                                          a token) */
+    int *b_mask_rc;                    /* (token_budget) row may be sampled when > 0 (its grammar
+                                          allows some token; 0: none; < 0: the mask's error) */
     int b_n_out;                       /* logits rows of this step (sample_rows reads it) */
     atomic_int b_next_row;             /* next row for a sample_rows thread to claim */
     struct constrain_job *b_jobs;      /* (token_budget) masks filled during the forward */
@@ -165,7 +174,7 @@ struct inferd_engine {
     struct inferd_stats stats;         /* counters (gauges filled in by inferd_engine_stats) */
     struct stepcost cost;              /* measured step costs: the prefill chunk next to decodes */
 
-    struct constrain constrain; /* grammar vocabulary + compile cache (lazy) */
+    struct constrain constrain; /* grammar mask helper (the vocabulary and cache: the model's) */
 };
 
 const char *inferd_strerror(int code)
@@ -226,6 +235,7 @@ int inferd_model_load(const char *path, inferd_model **out, char *err, size_t er
                     add_eog(im, (int64_t)i);
         }
     }
+    constrain_model_init(&im->grammar, m, im->eog, im->n_eog);
     *out = im;
     return 0;
 }
@@ -233,6 +243,7 @@ int inferd_model_load(const char *path, inferd_model **out, char *err, size_t er
 void inferd_model_free(inferd_model *im)
 {
     if (!im) return;
+    constrain_model_release(&im->grammar);
     model_free(im->m);
     free(im);
 }
@@ -373,7 +384,7 @@ int inferd_engine_new(inferd_model *im, const struct inferd_engine_config *cfg_i
     e->b_want = xmalloc(sizeof(bool) * B);
     e->b_out_req = xmalloc(sizeof(struct req *) * B);
     e->b_res = xmalloc(sizeof(struct sampler_result) * B);
-    e->b_mask_ok = xmalloc(sizeof(bool) * B);
+    e->b_mask_rc = xmalloc(sizeof(int) * B);
     e->b_jobs = xmalloc(sizeof(struct constrain_job) * B);
     e->b_job_req = xmalloc(sizeof(struct req *) * B);
     e->b_seqs = xmalloc(sizeof(struct kv_seq *) * (size_t)cfg.max_seqs);
@@ -381,7 +392,7 @@ int inferd_engine_new(inferd_model *im, const struct inferd_engine_config *cfg_i
     e->logits = xaligned_alloc(sizeof(float) * B * (size_t)hp->n_vocab);
     e->stats.kv_blocks_total = cfg.kv_blocks;
     stepcost_init(&e->cost);
-    constrain_init(&e->constrain, im->m, im->eog, im->n_eog, e->cfg.grammar_inline);
+    constrain_init(&e->constrain, &im->grammar, e->cfg.grammar_inline);
     *out = e;
     return 0;
 
@@ -423,7 +434,7 @@ void inferd_engine_free(inferd_engine *e)
     free(e->b_want);
     free(e->b_out_req);
     free(e->b_res);
-    free(e->b_mask_ok);
+    free(e->b_mask_rc);
     free(e->b_jobs);
     free(e->b_job_req);
     free(e->b_seqs);
@@ -470,33 +481,109 @@ static int count_state(const struct inferd_engine *e, enum req_state st)
 
 /* ---- structured output hooks (engine/constrain.h) ---- */
 
-/* At submit: compiles the request's grammar and gives it a matcher. */
+/* Resolves the public limits into the grammar module's (0: default). */
+static void to_grammar_limits(const struct inferd_grammar_limits *in, struct grammar_limits *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!in) return;
+    out->max_rules = in->max_rules;
+    out->max_elems = in->max_elems;
+    out->compile_work = in->compile_work;
+    out->compile_cpu_ms = in->compile_cpu_ms;
+    out->max_stacks = in->max_stacks;
+    out->max_nodes = in->max_nodes;
+    out->step_work = in->step_work;
+    out->mask_work = in->mask_work;
+    out->probe_steps = in->probe_steps;
+    out->table_bytes = in->table_bytes;
+}
+
+/* Compiles g's source for im (through the model's cache). */
+static int grammar_compile_source(struct inferd_model *im, const struct inferd_grammar *g,
+                                  struct grammar **out, struct err_msg *msg)
+{
+    if (g->kind < INFERD_GRAMMAR_EBNF || g->kind > INFERD_GRAMMAR_SEQUENCE)
+        return err_set(msg, ERR_INVALID, "grammar.kind: unknown kind %d", (int)g->kind);
+    if (!g->source && g->len > 0) return err_set(msg, ERR_INVALID, "grammar.source: missing");
+    struct grammar_limits lim;
+    to_grammar_limits(g->limits, &lim);
+    return constrain_compile(&im->grammar, (enum grammar_kind)g->kind, g->source ? g->source : "",
+                             g->len, &lim, out, msg);
+}
+
+int inferd_grammar_compile(inferd_model *im, const struct inferd_grammar *g,
+                           inferd_compiled_grammar **out, char *err, size_t err_len)
+{
+    struct err_msg msg = {{0}};
+    struct grammar *cg = NULL;
+    int rc = g->compiled ? err_set(&msg, ERR_INVALID, "grammar.compiled: already compiled")
+             : g->kind == INFERD_GRAMMAR_NONE
+                 ? err_set(&msg, ERR_INVALID, "grammar.kind: nothing to compile")
+                 : grammar_compile_source(im, g, &cg, &msg);
+    if (rc) {
+        copy_err(err, err_len, &msg, rc);
+        return rc;
+    }
+    struct inferd_compiled_grammar *h = xcalloc(1, sizeof(*h));
+    h->model = im;
+    h->g = cg;
+    *out = h;
+    return 0;
+}
+
+void inferd_compiled_grammar_free(inferd_compiled_grammar *cg)
+{
+    if (!cg) return;
+    grammar_unref(cg->g);
+    free(cg);
+}
+
+/* At submit: the request's matcher, over its compiled grammar or one
+ * compiled from its source now (on this thread). */
 static int grammar_hook_submit(struct inferd_engine *e, const struct inferd_request *r,
                                struct req *q, struct err_msg *msg)
 {
     const struct inferd_grammar *g = &r->grammar;
-    if (g->kind == INFERD_GRAMMAR_NONE) return 0;
-    if (g->kind < INFERD_GRAMMAR_EBNF || g->kind > INFERD_GRAMMAR_SEQUENCE)
-        return err_set(msg, ERR_INVALID, "grammar.kind: unknown kind %d", (int)g->kind);
-    if (!g->source && g->len > 0) return err_set(msg, ERR_INVALID, "grammar.source: missing");
-    int rc = constrain_attach(&e->constrain, (enum grammar_kind)g->kind, g->source ? g->source : "",
-                              g->len, &q->gm, msg);
+    struct grammar *cg;
+    int rc;
+    if (g->compiled) {
+        if (g->compiled->model != e->model)
+            return err_set(msg, ERR_INVALID,
+                           "grammar.compiled: compiled for another model than this engine's");
+        cg = grammar_ref(g->compiled->g);
+    } else {
+        if (g->kind == INFERD_GRAMMAR_NONE) return 0;
+        if ((rc = grammar_compile_source(e->model, g, &cg, msg))) return rc;
+    }
+    rc = constrain_attach(&e->constrain, cg, &q->gm, msg);
+    grammar_unref(cg);
     if (rc) return rc;
     q->mask = xmalloc(sizeof(uint64_t) * (size_t)((e->model->m->hp.n_vocab + 63) / 64));
-    q->mask_allowed = -1;
+    q->mask_allowed = INT_MIN;
     return 0;
 }
 
-/* Before sampling: points the sampler at the request's mask. Returns false
- * if the grammar allows no token at all (a grammar this vocabulary cannot
- * spell). */
-static bool grammar_hook_mask(struct req *q)
+/* Before sampling: points the sampler at the request's mask. Returns the
+ * tokens it allows (> 0 to sample; 0: the grammar allows no token of this
+ * vocabulary) or the error of a mask past its budget. */
+static int grammar_hook_mask(struct req *q)
 {
-    if (!q->gm) return true;
+    if (!q->gm) return 1;
     q->sp.allowed = q->mask;
-    int allowed = q->mask_allowed >= 0 ? q->mask_allowed : constrain_mask(q->gm, q->mask);
-    q->mask_allowed = -1;
-    return allowed > 0;
+    int allowed = q->mask_allowed != INT_MIN ? q->mask_allowed : constrain_mask(q->gm, q->mask);
+    q->mask_allowed = INT_MIN;
+    return allowed;
+}
+
+/* The finish event of a request whose grammar failed: the matcher's
+ * message (a budget, naming the construct), or that no token fits. */
+static void grammar_error_event(struct req *q, int rc, struct inferd_event *ev)
+{
+    const char *text = NULL;
+    if (rc < 0 && q->gm) grammar_matcher_error(q->gm, &text);
+    ev->error = rc < 0 ? rc : ERR_INTERNAL;
+    snprintf(ev->message, sizeof(ev->message), "%s",
+             text ? text : "grammar: no token of this vocabulary continues the output");
 }
 
 /* Before the forward: hands the masks of the requests that sample in this
@@ -508,7 +595,7 @@ static int grammar_hook_overlap(struct inferd_engine *e, int n_batch)
     for (int t = 0; t < n_batch; t++) {
         struct req *q = e->b_seq_req[e->b_seq[t]];
         if (!e->b_want[t] || !q->gm) continue;
-        e->b_jobs[n] = (struct constrain_job){.gm = q->gm, .mask = q->mask, .allowed = -1};
+        e->b_jobs[n] = (struct constrain_job){.gm = q->gm, .mask = q->mask, .allowed = INT_MIN};
         e->b_job_req[n++] = q;
     }
     if (n) constrain_masks_start(&e->constrain, e->b_jobs, n);
@@ -524,10 +611,12 @@ static void grammar_hook_collect(struct inferd_engine *e, int n_jobs)
         e->b_job_req[i]->mask_allowed = e->b_jobs[i].allowed;
 }
 
-/* After sampling: advances the grammar; true when it is complete. */
-static bool grammar_hook_done(struct req *q, int32_t token)
+/* After sampling: advances the grammar; *done when it is complete. Returns
+ * 0, or the error of a step past its budget. */
+static int grammar_hook_advance(struct req *q, int32_t token, bool *done)
 {
-    return q->gm && constrain_advance(q->gm, token);
+    *done = false;
+    return q->gm ? constrain_advance(q->gm, token, done) : 0;
 }
 
 int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id, char *err,
@@ -849,7 +938,7 @@ static void sample_rows(void *ctx, int ith, int nth)
     for (;;) {
         int j = atomic_fetch_add_explicit(&e->b_next_row, 1, memory_order_relaxed);
         if (j >= e->b_n_out) break;
-        if (!e->b_mask_ok[j]) continue;
+        if (e->b_mask_rc[j] <= 0) continue;
         const struct req *q = e->b_out_req[j];
         int rc = sampler_sample(e->samplers[ith], &q->sp, e->logits + (size_t)j * n_vocab,
                                 q->tokens, q->n_prompt, q->tokens + q->n_prompt,
@@ -966,7 +1055,7 @@ int inferd_engine_step(inferd_engine *e)
      * the events pushed in row order. */
     for (int j = 0; j < n_out; j++) {
         tg = time_now_s();
-        e->b_mask_ok[j] = grammar_hook_mask(e->b_out_req[j]);
+        e->b_mask_rc[j] = grammar_hook_mask(e->b_out_req[j]);
         e->stats.grammar_mask_s += time_now_s() - tg;
     }
     e->b_n_out = n_out;
@@ -980,11 +1069,13 @@ int inferd_engine_step(inferd_engine *e)
     for (int j = 0; j < n_out; j++) {
         struct req *q = e->b_out_req[j];
         const struct sampler_result *res = &e->b_res[j];
-        if (!e->b_mask_ok[j]) {
+        if (e->b_mask_rc[j] <= 0) {
+            /* The grammar fails this request alone: no token fits, or its
+             * mask ran past the budget (which bounded what it cost). */
             struct inferd_event *ev = push_event(e);
             ev->request = q->id;
             ev->token = -1;
-            ev->error = ERR_INTERNAL;
+            grammar_error_event(q, e->b_mask_rc[j], ev);
             finish(e, q, INFERD_FINISH_ERROR, ev);
             continue;
         }
@@ -1000,7 +1091,12 @@ int inferd_engine_step(inferd_engine *e)
             ev->top[i].logprob = res->top[i].logprob;
         }
         ev->n_generated = q->n_tokens - q->n_prompt;
-        if (grammar_hook_done(q, res->token) || (!q->ignore_eos && is_eog(e->model, res->token)))
+        bool done;
+        int grc = grammar_hook_advance(q, res->token, &done);
+        if (grc) {
+            grammar_error_event(q, grc, ev);
+            finish(e, q, INFERD_FINISH_ERROR, ev);
+        } else if (done || (!q->ignore_eos && is_eog(e->model, res->token)))
             finish(e, q, INFERD_FINISH_STOP, ev);
         else if (q->n_tokens - q->n_prompt >= q->max_tokens)
             finish(e, q, INFERD_FINISH_LENGTH, ev);

@@ -38,8 +38,21 @@ struct ebnf {
     int err;                     /* first error code, 0 if none */
     const char *cur_name;        /* rule being defined (helper rule names) */
     int n_helpers;               /* helper rules made so far */
+    int spare;                   /* an emptied helper rule to reuse, or -1 */
+    size_t line_at;              /* line_of's cursor: a byte offset ... */
+    int line, col;               /* ... and its line and column */
     struct grammar_cprange *cls; /* class scratch */
     int cls_cap;                 /* allocated */
+    struct ename *names;         /* (cap_names) open-addressed rule names, by hash */
+    int n_names;                 /* entries */
+    int cap_names;               /* power of two, or 0 */
+};
+
+/* A named rule: its name's place in the source and its index. */
+struct ename {
+    const char *s; /* name in the source; NULL: empty slot */
+    size_t len;    /* bytes */
+    int rule;      /* builder rule */
 };
 
 static int fail(struct ebnf *p, const char *what)
@@ -56,6 +69,34 @@ static int fail(struct ebnf *p, const char *what)
     }
     p->err = err_set(p->msg, ERR_INVALID, "grammar: line %d, column %d: %s", line, col, what);
     return p->err;
+}
+
+/* Line and column of byte offset at (offsets asked for only grow, so the
+ * count goes on from the last one). */
+static void line_of(struct ebnf *p, size_t at, int *line, int *col)
+{
+    if (at < p->line_at) p->line_at = 0, p->line = p->col = 1;
+    for (; p->line_at < at && p->line_at < p->n; p->line_at++) {
+        if (p->s[p->line_at] == '\n')
+            p->line++, p->col = 1;
+        else
+            p->col++;
+    }
+    *line = p->line;
+    *col = p->col;
+}
+
+/* Names rule after the source text from start to the cursor, for budget
+ * errors (budget.c). */
+static void name_origin(struct ebnf *p, int rule, size_t start)
+{
+    struct grammar_builder *b = p->b;
+    if (b->over || rule < 0 || rule >= b->n_rules) return;
+    int line, col, n = (int)MIN(p->i - start, 60);
+    line_of(p, start, &line, &col);
+    b->rules[rule].origin =
+        grammar__origin(b, "grammar: line %d, column %d: '%.*s%s' in rule '%s'", line, col, n,
+                        p->s + start, p->i - start > 60 ? "..." : "", p->cur_name);
 }
 
 static bool is_name_char(char c)
@@ -178,18 +219,55 @@ static int helper(struct ebnf *p, const char *kind)
 {
     char nm[160];
     snprintf(nm, sizeof(nm), "%s~%s%d", p->cur_name, kind, ++p->n_helpers);
+    if (p->spare >= 0) {
+        /* Most items are inlined into their sequence, which leaves their
+         * helper empty: reuse it rather than grow the rule count by one
+         * per item. */
+        int r = p->spare;
+        p->spare = -1;
+        free(p->b->rules[r].name);
+        p->b->rules[r].name = xstrdup(nm);
+        return r;
+    }
     return grammar__rule(p->b, nm);
 }
 
+static uint64_t name_hash(const char *s, size_t n)
+{
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 0x100000001B3ull;
+    return h ^ (h >> 29);
+}
+
+/* The rule called `name`, created (undefined) on first mention. Names are
+ * looked up in a hash table: a grammar may have tens of thousands. */
 static int find_rule(struct ebnf *p, const char *name, size_t len)
 {
-    for (int r = 0; r < p->b->n_rules; r++)
-        if (strlen(p->b->rules[r].name) == len && memcmp(p->b->rules[r].name, name, len) == 0)
-            return r;
+    if (2 * (p->n_names + 1) > p->cap_names) {
+        int cap = p->cap_names ? 2 * p->cap_names : 256;
+        struct ename *t = xcalloc((size_t)cap, sizeof(*t));
+        for (int i = 0; i < p->cap_names; i++) {
+            if (!p->names[i].s) continue;
+            size_t k = name_hash(p->names[i].s, p->names[i].len) & (size_t)(cap - 1);
+            while (t[k].s)
+                k = (k + 1) & (size_t)(cap - 1);
+            t[k] = p->names[i];
+        }
+        free(p->names);
+        p->names = t;
+        p->cap_names = cap;
+    }
+    size_t k = name_hash(name, len) & (size_t)(p->cap_names - 1);
+    for (; p->names[k].s; k = (k + 1) & (size_t)(p->cap_names - 1))
+        if (p->names[k].len == len && memcmp(p->names[k].s, name, len) == 0)
+            return p->names[k].rule;
     char nm[160];
     snprintf(nm, sizeof(nm), "%.*s", (int)MIN(len, 150), name);
     int r = grammar__rule(p->b, nm);
     p->b->rules[r].defined = false;
+    p->names[k] = (struct ename){name, len, r};
+    p->n_names++;
     return r;
 }
 
@@ -213,6 +291,7 @@ static int parse_int(struct ebnf *p, int *out)
 static void parse_item(struct ebnf *p, int r, int depth)
 {
     struct grammar_builder *b = p->b;
+    size_t start = p->i;
     char c = p->s[p->i];
     int item = helper(p, "item"); /* standalone form of the item */
     grammar__alt(b, item);
@@ -325,12 +404,14 @@ static void parse_item(struct ebnf *p, int r, int depth)
     if (min == 1 && max == 1) {
         struct grammar_brule *it = &b->rules[item];
         if (it->n_alts != 1) {
+            name_origin(p, item, start); /* a group of several alternatives */
             grammar__ref(b, r, item);
             return;
         }
         /* One alternative: inline it and leave the helper empty (an empty
          * rule derives nothing and is dropped when lowering). */
         struct grammar_balt a = it->alts[0];
+        it->alts[0] = (struct grammar_balt){0}; /* its buffer is freed below */
         it->n_alts = 0;
         for (int k = 0; k < a.n; k++)
             if (a.e[k].kind == GRAMMAR_B_REF)
@@ -338,9 +419,13 @@ static void parse_item(struct ebnf *p, int r, int depth)
             else
                 grammar__chars(b, r, b->sets[a.e[k].arg], b->set_n[a.e[k].arg]);
         free(a.e);
+        p->spare = item;
         return;
     }
-    grammar__ref(b, r, grammar__repeat(b, b->rules[item].name, item, min, max));
+    int rep = grammar__repeat(b, b->rules[item].name, item, min, max);
+    name_origin(p, rep, start);
+    if (c == '(') name_origin(p, item, start);
+    grammar__ref(b, r, rep);
 }
 
 static void parse_seq(struct ebnf *p, int r, int depth)
@@ -369,7 +454,7 @@ static void parse_alts(struct ebnf *p, int r, int depth)
 
 int grammar__ebnf_build(struct grammar_builder *b, const char *src, size_t len, struct err_msg *msg)
 {
-    struct ebnf p = {.s = src, .n = len, .b = b, .msg = msg};
+    struct ebnf p = {.s = src, .n = len, .b = b, .msg = msg, .spare = -1};
     for (;;) {
         skip_space(&p);
         if (p.i >= p.n) break;
@@ -385,6 +470,9 @@ int grammar__ebnf_build(struct grammar_builder *b, const char *src, size_t len, 
         }
         b->rules[r].defined = true;
         p.cur_name = b->rules[r].name;
+        int line, col;
+        line_of(&p, p.i, &line, &col);
+        b->rules[r].origin = grammar__origin(b, "grammar: rule '%s' (line %d)", p.cur_name, line);
         p.i += nl;
         skip_space(&p);
         p.i += 3; /* ::= */
@@ -397,8 +485,9 @@ int grammar__ebnf_build(struct grammar_builder *b, const char *src, size_t len, 
         }
     }
     free(p.cls);
+    free(p.names);
     if (p.err) return p.err;
-    if (b->too_large) return err_set(msg, ERR_TOO_LARGE, "grammar: too large");
+    if (b->over) return grammar__over_error(b, msg);
     for (int r = 0; r < b->n_rules; r++)
         if (strcmp(b->rules[r].name, "root") == 0 && b->rules[r].defined) return r;
     return err_set(msg, ERR_INVALID, "grammar: no 'root' rule");

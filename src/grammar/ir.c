@@ -36,16 +36,20 @@
 
 /* ---- builder ---- */
 
-void grammar__builder_init(struct grammar_builder *b)
+void grammar__builder_init(struct grammar_builder *b, const struct grammar_limits *lim)
 {
     memset(b, 0, sizeof(*b));
+    grammar_limits_resolve(lim, &b->lim);
+    grammar__meter_init(&b->meter, &b->lim);
+    b->origin_cur = -1;
+    b->over_rule = -1;
 }
 
 void grammar__builder_release(struct grammar_builder *b)
 {
     for (int i = 0; i < b->n_rules; i++) {
         struct grammar_brule *r = &b->rules[i];
-        for (int j = 0; j < r->n_alts; j++)
+        for (int j = 0; j < r->n_init; j++)
             free(r->alts[j].e);
         free(r->alts);
         free(r->name);
@@ -55,15 +59,22 @@ void grammar__builder_release(struct grammar_builder *b)
         free(b->sets[i]);
     free(b->sets);
     free(b->set_n);
+    for (int i = 0; i < b->n_origins; i++)
+        free(b->origins[i]);
+    free(b->origins);
     memset(b, 0, sizeof(*b));
 }
 
 int grammar__rule(struct grammar_builder *b, const char *name)
 {
-    if (b->n_rules >= GRAMMAR_MAX_RULES) {
+    if (b->n_rules >= b->lim.max_rules && !b->over) {
+        b->over = GRAMMAR_OVER_RULES;
+        b->over_rule = b->n_rules - 1;
+    }
+    grammar__charge(b, 4);
+    if (b->over && b->n_rules > 0) {
         /* Keep going on a dummy rule so callers need no error path per
-         * push; grammar__lower reports too_large. */
-        b->too_large = true;
+         * push; grammar__lower reports the bound. */
         return b->n_rules - 1;
     }
     if (b->n_rules == b->cap_rules) {
@@ -74,6 +85,9 @@ int grammar__rule(struct grammar_builder *b, const char *name)
     memset(r, 0, sizeof(*r));
     r->name = xstrdup(name);
     r->defined = true;
+    r->rep_item = -1;
+    r->rep_owner = -1;
+    r->origin = b->origin_cur;
     return b->n_rules++;
 }
 
@@ -84,7 +98,14 @@ void grammar__alt(struct grammar_builder *b, int r)
         ru->cap = ru->cap ? 2 * ru->cap : 2;
         ru->alts = xrealloc(ru->alts, sizeof(*ru->alts) * (size_t)ru->cap);
     }
-    memset(&ru->alts[ru->n_alts++], 0, sizeof(struct grammar_balt));
+    struct grammar_balt *a = &ru->alts[ru->n_alts++];
+    if (ru->n_alts <= ru->n_init) {
+        /* a slot a front end gave back (n_alts lowered): keep its buffer */
+        a->n = 0;
+        return;
+    }
+    memset(a, 0, sizeof(*a));
+    ru->n_init = ru->n_alts;
 }
 
 static void push(struct grammar_builder *b, int r, int kind, int arg)
@@ -97,7 +118,11 @@ static void push(struct grammar_builder *b, int r, int kind, int arg)
         a->e = xrealloc(a->e, sizeof(*a->e) * (size_t)a->cap);
     }
     a->e[a->n++] = (struct grammar_belem){kind, arg};
-    if (++b->n_elems > GRAMMAR_MAX_ELEMS) b->too_large = true;
+    if (++b->n_elems > b->lim.max_elems && !b->over) {
+        b->over = GRAMMAR_OVER_ELEMS;
+        b->over_rule = r;
+    }
+    grammar__charge(b, 1);
 }
 
 void grammar__ref(struct grammar_builder *b, int r, int ref)
@@ -204,14 +229,61 @@ void grammar__lit(struct grammar_builder *b, int r, const char *s, size_t n)
     }
 }
 
+/* The rule a chain of one-reference wrappers (`( x )`, a rule `a ::= b`)
+ * stands for: what a repetition's item really is. */
+static int unwrap(const struct grammar_builder *b, int r)
+{
+    for (int hops = 0; hops < 16 && r >= 0 && r < b->n_rules; hops++) {
+        const struct grammar_brule *ru = &b->rules[r];
+        if (ru->rep_item >= 0 || ru->n_alts != 1 || ru->alts[0].n != 1 ||
+            ru->alts[0].e[0].kind != GRAMMAR_B_REF)
+            break;
+        r = ru->alts[0].e[0].arg;
+    }
+    return r;
+}
+
+/* Folds a repetition of a repetition, (x{a,k}){min,max}, into one of x
+ * where that is the same language, and returns the folded rule, or -1:
+ *
+ *   (x{a,})^j = x{a*j,}      so (x{a,}){min,max} = x{a*min,}  (min >= 1)
+ *                            and (x{a,}){0,max}  = x*         (a <= 1, max >= 1)
+ *   (x{0,k})^j = x{0,k*j}    so (x{0,k}){min,max} = x{0,k*max}, or x* when max is unbounded
+ *
+ * (the union over j of nested ranges). Without it, (.*){200}x has 200
+ * nullable copies of .* alive at once - thousands of stacks per state, a
+ * mask table for each - and ((a?){50}){50} 2,500; folded, both are a
+ * single repetition with one or two stacks. Other shapes ((x{2}){1,2} is
+ * x{2} or x{4}) are left as they are. */
+static int repeat_fold(struct grammar_builder *b, const char *name, int item, int min, int max)
+{
+    if (max == 0) return -1;
+    int t = unwrap(b, item);
+    if (t < 0 || t >= b->n_rules || b->rules[t].rep_item < 0) return -1;
+    int x = b->rules[t].rep_item, a = b->rules[t].rep_min, k = b->rules[t].rep_max;
+    if (k == GRAMMAR_INF) {
+        if (min >= 1 && (int64_t)a * min <= GRAMMAR_MAX_FOLDED)
+            return grammar__repeat(b, name, x, a * min, GRAMMAR_INF);
+        if (min == 0 && a <= 1) return grammar__repeat(b, name, x, 0, GRAMMAR_INF);
+        return -1;
+    }
+    if (a != 0 || k == 0) return -1;
+    if (max == GRAMMAR_INF) return grammar__repeat(b, name, x, 0, GRAMMAR_INF);
+    if ((int64_t)k * max <= GRAMMAR_MAX_FOLDED) return grammar__repeat(b, name, x, 0, k * max);
+    return -1;
+}
+
 int grammar__repeat(struct grammar_builder *b, const char *name, int item, int min, int max)
 {
     char nm[160];
+    int folded = repeat_fold(b, name, item, min, max);
+    if (folded >= 0) return folded;
     int r = grammar__rule(b, name);
     if (max == GRAMMAR_INF) {
         /* star ::= item star | "" ; result ::= item{min} star */
         snprintf(nm, sizeof(nm), "%s-star", name);
         int star = grammar__rule(b, nm);
+        if (!b->over) b->rules[star].rep_owner = r;
         grammar__alt(b, star);
         grammar__ref(b, star, item);
         grammar__ref(b, star, star);
@@ -220,7 +292,7 @@ int grammar__repeat(struct grammar_builder *b, const char *name, int item, int m
         for (int i = 0; i < min; i++)
             grammar__ref(b, r, item);
         grammar__ref(b, r, star);
-        return r;
+        goto out;
     }
     /* opt_k ::= item opt_{k-1} | "" (k optional items left); result ::= item{min} opt_{max-min}.
      * Nesting (rather than k flat alternatives) keeps the program linear in k. */
@@ -228,6 +300,7 @@ int grammar__repeat(struct grammar_builder *b, const char *name, int item, int m
     for (int k = 1; k <= max - min; k++) {
         snprintf(nm, sizeof(nm), "%s-opt%d", name, k);
         int o = grammar__rule(b, nm);
+        if (!b->over) b->rules[o].rep_owner = r;
         grammar__alt(b, o);
         grammar__ref(b, o, item);
         if (tail >= 0) grammar__ref(b, o, tail);
@@ -240,6 +313,13 @@ int grammar__repeat(struct grammar_builder *b, const char *name, int item, int m
     for (int i = 0; i < min; i++)
         grammar__ref(b, r, item);
     if (tail >= 0) grammar__ref(b, r, tail);
+out:
+    /* A dummy rule past the rule limit must not become foldable. */
+    if (!b->over) {
+        b->rules[r].rep_item = item;
+        b->rules[r].rep_min = min;
+        b->rules[r].rep_max = max;
+    }
     return r;
 }
 
@@ -406,98 +486,356 @@ static void emit(struct prog *p, int kind, int arg)
     p->e[p->n++] = (struct grammar_elem){kind, arg};
 }
 
-static void set_or(uint64_t d[4], const uint64_t s[4], bool *changed)
+/* ---- grammar analyses in linear time ----
+ *
+ * Productive, nullable, FIRST and FOLLOW are least fixpoints. Iterating
+ * "until nothing changes" over every rule costs one pass per link of the
+ * longest dependency chain, which is quadratic on a chain of 20,000 rules
+ * (or 5,000 optional properties); so each is a worklist instead: a fact
+ * (a rule became productive, a set grew) is pushed once and visits only the
+ * places that depend on it. */
+
+/* Occurrences of each rule in alternatives, by callee: for rule s, the
+ * alternatives alt[off[s] .. off[s + 1]) each hold a reference to s (an
+ * alternative referencing s twice is listed twice). */
+struct occ {
+    int *off; /* (n_rules + 1) */
+    int *alt; /* (off[n_rules]) alternative indices */
+};
+
+static void occ_release(struct occ *o)
 {
+    free(o->off);
+    free(o->alt);
+}
+
+/* A queue of rule indices; each rule is in it at most once. */
+struct rqueue {
+    int *q;      /* (n_rules) ring */
+    bool *in;    /* (n_rules) queued now */
+    int head, n; /* first entry, entries */
+    int cap;     /* n_rules */
+};
+
+static void rq_init(struct rqueue *q, int n_rules)
+{
+    q->cap = n_rules > 0 ? n_rules : 1;
+    q->q = xmalloc(sizeof(int) * (size_t)q->cap);
+    q->in = xcalloc((size_t)q->cap, 1);
+    q->head = q->n = 0;
+}
+
+static void rq_release(struct rqueue *q)
+{
+    free(q->q);
+    free(q->in);
+}
+
+static void rq_push(struct rqueue *q, int r)
+{
+    if (q->in[r]) return;
+    q->in[r] = true;
+    q->q[(q->head + q->n++) % q->cap] = r;
+}
+
+static int rq_pop(struct rqueue *q)
+{
+    int r = q->q[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->n--;
+    q->in[r] = false;
+    return r;
+}
+
+/* Edges dst ⊇ src between per-rule byte sets, grouped by src. */
+struct sedges {
+    int *src, *dst; /* (n) collected pairs */
+    int n, cap;     /* pairs, allocated */
+};
+
+static void sedge_add(struct sedges *e, int src, int dst)
+{
+    if (e->n == e->cap) {
+        e->cap = e->cap ? 2 * e->cap : 256;
+        e->src = xrealloc(e->src, sizeof(int) * (size_t)e->cap);
+        e->dst = xrealloc(e->dst, sizeof(int) * (size_t)e->cap);
+    }
+    e->src[e->n] = src;
+    e->dst[e->n++] = dst;
+}
+
+static bool set_or(uint64_t d[4], const uint64_t s[4])
+{
+    bool changed = false;
     for (int i = 0; i < 4; i++) {
         uint64_t v = d[i] | s[i];
-        if (v != d[i]) {
-            d[i] = v;
-            *changed = true;
-        }
+        changed |= v != d[i];
+        d[i] = v;
     }
+    return changed;
+}
+
+/* Closes sets under the edges: afterwards set[dst] contains set[src] for
+ * every edge. A rule is queued only when its set grew, which happens at
+ * most 256 times. */
+static void sets_propagate(uint64_t (*set)[4], int n_rules, struct sedges *e)
+{
+    int *off = xcalloc((size_t)n_rules + 1, sizeof(int));
+    int *dst = xmalloc(sizeof(int) * (size_t)(e->n ? e->n : 1));
+    for (int i = 0; i < e->n; i++)
+        off[e->src[i] + 1]++;
+    for (int r = 0; r < n_rules; r++)
+        off[r + 1] += off[r];
+    int *fill = xmalloc(sizeof(int) * (size_t)(n_rules ? n_rules : 1));
+    memcpy(fill, off, sizeof(int) * (size_t)n_rules);
+    for (int i = 0; i < e->n; i++)
+        dst[fill[e->src[i]]++] = e->dst[i];
+    free(fill);
+    struct rqueue q;
+    rq_init(&q, n_rules);
+    for (int r = 0; r < n_rules; r++)
+        if (off[r + 1] > off[r] && (set[r][0] | set[r][1] | set[r][2] | set[r][3])) rq_push(&q, r);
+    while (q.n) {
+        int s = rq_pop(&q);
+        for (int k = off[s]; k < off[s + 1]; k++)
+            if (set_or(set[dst[k]], set[s])) rq_push(&q, dst[k]);
+    }
+    rq_release(&q);
+    free(off);
+    free(dst);
 }
 
 /* FIRST bytes and nullability of the lowered program, then FOLLOW per rule. */
 static void compute_follow(struct grammar *g)
 {
-    int R = g->n_rules;
+    int R = g->n_rules, A = g->rule_alt0[R];
     bool *nullable = xcalloc((size_t)R, 1);
     uint64_t(*first)[4] = xcalloc((size_t)R, 32);
     g->follow = xcalloc((size_t)R, 32);
-    bool changed = true;
-    while (changed) {
-        changed = false;
-        for (int r = 0; r < R; r++)
-            for (int a = g->rule_alt0[r]; a < g->rule_alt0[r + 1]; a++) {
-                int pos = g->rule_alts[a];
-                for (;; pos++) {
-                    struct grammar_elem el = g->elems[pos];
-                    if (el.kind == GRAMMAR_E_BYTES) {
-                        set_or(first[r], g->sets[el.arg], &changed);
-                        break;
-                    }
-                    if (el.kind == GRAMMAR_E_END) {
-                        if (!nullable[r]) nullable[r] = changed = true;
-                        break;
-                    }
-                    set_or(first[r], first[el.arg], &changed);
-                    if (!nullable[el.arg]) break;
-                }
+
+    /* Nullable: an alternative without bytes whose callees all are. pending[a]
+     * counts its references to rules not yet known nullable (-1: it reads a
+     * byte). */
+    struct occ o = {xcalloc((size_t)R + 1, sizeof(int)), NULL};
+    int *pending = xcalloc((size_t)(A ? A : 1), sizeof(int));
+    for (int a = 0; a < A; a++)
+        for (int pos = g->rule_alts[a]; g->elems[pos].kind != GRAMMAR_E_END; pos++) {
+            if (g->elems[pos].kind == GRAMMAR_E_BYTES) {
+                pending[a] = -1;
+            } else {
+                o.off[g->elems[pos].arg + 1]++;
+                if (pending[a] >= 0) pending[a]++;
             }
+        }
+    for (int r = 0; r < R; r++)
+        o.off[r + 1] += o.off[r];
+    o.alt = xmalloc(sizeof(int) * (size_t)(o.off[R] ? o.off[R] : 1));
+    int *fill = xmalloc(sizeof(int) * (size_t)(R ? R : 1));
+    memcpy(fill, o.off, sizeof(int) * (size_t)R);
+    for (int a = 0; a < A; a++)
+        for (int pos = g->rule_alts[a]; g->elems[pos].kind != GRAMMAR_E_END; pos++)
+            if (g->elems[pos].kind == GRAMMAR_E_REF) o.alt[fill[g->elems[pos].arg]++] = a;
+    free(fill);
+    struct rqueue q;
+    rq_init(&q, R);
+    for (int a = 0; a < A; a++) {
+        int r = g->rule_of[g->rule_alts[a]];
+        if (pending[a] == 0 && !nullable[r]) nullable[r] = true, rq_push(&q, r);
     }
-    changed = true;
-    while (changed) {
-        changed = false;
-        for (int pos = 0; pos < g->n_elems; pos++) {
-            if (g->elems[pos].kind != GRAMMAR_E_REF) continue;
-            int callee = g->elems[pos].arg;
-            int q = pos + 1;
-            for (;; q++) {
-                struct grammar_elem el = g->elems[q];
-                if (el.kind == GRAMMAR_E_BYTES) {
-                    set_or(g->follow[callee], g->sets[el.arg], &changed);
-                    break;
-                }
-                if (el.kind == GRAMMAR_E_END) {
-                    set_or(g->follow[callee], g->follow[g->rule_of[pos]], &changed);
-                    break;
-                }
-                set_or(g->follow[callee], first[el.arg], &changed);
-                if (!nullable[el.arg]) break;
+    while (q.n) {
+        int s = rq_pop(&q);
+        for (int k = o.off[s]; k < o.off[s + 1]; k++) {
+            int a = o.alt[k], r = g->rule_of[g->rule_alts[a]];
+            if (pending[a] > 0 && --pending[a] == 0 && !nullable[r])
+                nullable[r] = true, rq_push(&q, r);
+        }
+    }
+    rq_release(&q);
+    free(pending);
+    occ_release(&o);
+
+    /* FIRST: the bytes an alternative starts with, and first[s] ⊆ first[r]
+     * for every callee s reached through nullable callees. */
+    struct sedges e = {0};
+    for (int a = 0; a < A; a++) {
+        int r = g->rule_of[g->rule_alts[a]];
+        for (int pos = g->rule_alts[a];; pos++) {
+            struct grammar_elem el = g->elems[pos];
+            if (el.kind == GRAMMAR_E_END) break;
+            if (el.kind == GRAMMAR_E_BYTES) {
+                set_or(first[r], g->sets[el.arg]);
+                break;
+            }
+            sedge_add(&e, el.arg, r);
+            if (!nullable[el.arg]) break;
+        }
+    }
+    sets_propagate(first, R, &e);
+
+    /* FOLLOW: each alternative right to left with the FIRST set of the
+     * suffix after the current element; a callee whose suffix is nullable
+     * also gets what follows the calling rule. */
+    e.n = 0;
+    for (int a = 0; a < A; a++) {
+        int start = g->rule_alts[a], end = start;
+        while (g->elems[end].kind != GRAMMAR_E_END)
+            end++;
+        int r = g->rule_of[start];
+        uint64_t suf[4] = {0, 0, 0, 0};
+        bool suf_null = true;
+        for (int pos = end - 1; pos >= start; pos--) {
+            struct grammar_elem el = g->elems[pos];
+            if (el.kind == GRAMMAR_E_BYTES) {
+                memcpy(suf, g->sets[el.arg], 32);
+                suf_null = false;
+                continue;
+            }
+            set_or(g->follow[el.arg], suf);
+            if (suf_null) sedge_add(&e, r, el.arg);
+            if (nullable[el.arg]) {
+                set_or(suf, first[el.arg]);
+            } else {
+                memcpy(suf, first[el.arg], 32);
+                suf_null = false;
             }
         }
     }
+    sets_propagate(g->follow, R, &e);
+    free(e.src);
+    free(e.dst);
     free(nullable);
     free(first);
+}
+
+/* Productive rules (deriving some finite string) and nullable ones, over
+ * the builder. An alternative is productive when its character sets are
+ * non-empty and its callees productive; nullable when it has no characters
+ * and its callees are nullable (nullable rules are productive). */
+static void builder_prod_null(const struct grammar_builder *b, bool *prod, bool *null)
+{
+    int R = b->n_rules;
+    int *alt0 = xmalloc(sizeof(int) * ((size_t)R + 1));
+    alt0[0] = 0;
+    for (int r = 0; r < R; r++)
+        alt0[r + 1] = alt0[r] + b->rules[r].n_alts;
+    int A = alt0[R];
+    int *alt_rule = xmalloc(sizeof(int) * (size_t)(A ? A : 1));
+    /* pend_p: references to rules not yet productive (-1: an empty set);
+     * pend_n: references to rules not yet nullable (-1: a character). */
+    int *pend_p = xcalloc((size_t)(A ? A : 1), sizeof(int));
+    int *pend_n = xcalloc((size_t)(A ? A : 1), sizeof(int));
+    struct occ o = {xcalloc((size_t)R + 1, sizeof(int)), NULL};
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < b->rules[r].n_alts; j++) {
+            int a = alt0[r] + j;
+            const struct grammar_balt *al = &b->rules[r].alts[j];
+            alt_rule[a] = r;
+            for (int i = 0; i < al->n; i++) {
+                struct grammar_belem el = al->e[i];
+                if (el.kind == GRAMMAR_B_CHARS) {
+                    pend_n[a] = -1;
+                    if (b->set_n[el.arg] == 0) pend_p[a] = -1;
+                } else {
+                    o.off[el.arg + 1]++;
+                    if (pend_p[a] >= 0) pend_p[a]++;
+                    if (pend_n[a] >= 0) pend_n[a]++;
+                }
+            }
+        }
+    for (int r = 0; r < R; r++)
+        o.off[r + 1] += o.off[r];
+    o.alt = xmalloc(sizeof(int) * (size_t)(o.off[R] ? o.off[R] : 1));
+    int *fill = xmalloc(sizeof(int) * (size_t)(R ? R : 1));
+    memcpy(fill, o.off, sizeof(int) * (size_t)R);
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < b->rules[r].n_alts; j++) {
+            const struct grammar_balt *al = &b->rules[r].alts[j];
+            for (int i = 0; i < al->n; i++)
+                if (al->e[i].kind == GRAMMAR_B_REF) o.alt[fill[al->e[i].arg]++] = alt0[r] + j;
+        }
+    free(fill);
+    for (int pass = 0; pass < 2; pass++) {
+        bool *flag = pass == 0 ? prod : null;
+        int *pend = pass == 0 ? pend_p : pend_n;
+        struct rqueue q;
+        rq_init(&q, R);
+        for (int a = 0; a < A; a++)
+            if (pend[a] == 0 && !flag[alt_rule[a]])
+                flag[alt_rule[a]] = true, rq_push(&q, alt_rule[a]);
+        while (q.n) {
+            int s = rq_pop(&q);
+            for (int k = o.off[s]; k < o.off[s + 1]; k++) {
+                int a = o.alt[k];
+                if (pend[a] > 0 && --pend[a] == 0 && !flag[alt_rule[a]])
+                    flag[alt_rule[a]] = true, rq_push(&q, alt_rule[a]);
+            }
+        }
+        rq_release(&q);
+    }
+    occ_release(&o);
+    free(pend_p);
+    free(pend_n);
+    free(alt_rule);
+    free(alt0);
 }
 
 /* DFS colours for the left-recursion check. */
 enum { WHITE, GREY, BLACK };
 
-static int left_rec_dfs(const struct grammar_builder *b, int r, const bool *prod, const bool *null,
-                        uint8_t *colour, int *cycle)
+/* A rule on the left-recursion search's path, and where the scan of its
+ * alternatives is. */
+struct lframe {
+    int rule; /* rule being scanned */
+    int alt;  /* alternative */
+    int elem; /* next element of it to look at; -1: check the alternative first */
+};
+
+/* Finds a rule that reaches itself through nullable prefixes, starting the
+ * search at r: depth-first over the references an alternative starts with
+ * (and those after nullable ones), on an explicit stack fr (room for every
+ * rule: each is on the path at most once), since a chain of tens of
+ * thousands of rules is legal input. Returns the rule on the cycle, or -1. */
+static int left_rec_find(const struct grammar_builder *b, int r, const bool *prod, const bool *null,
+                         uint8_t *colour, struct lframe *fr)
 {
+    int top = 0;
+    fr[0] = (struct lframe){r, 0, -1};
     colour[r] = GREY;
-    const struct grammar_brule *ru = &b->rules[r];
-    for (int a = 0; a < ru->n_alts; a++) {
-        const struct grammar_balt *al = &ru->alts[a];
-        bool ok = true;
-        for (int i = 0; i < al->n; i++)
-            if (al->e[i].kind == GRAMMAR_B_REF && !prod[al->e[i].arg]) ok = false;
-        if (!ok) continue;
-        for (int i = 0; i < al->n; i++) {
-            if (al->e[i].kind != GRAMMAR_B_REF) break;
-            int s = al->e[i].arg;
-            if (colour[s] == GREY) {
-                *cycle = s;
-                return -1;
-            }
-            if (colour[s] == WHITE && left_rec_dfs(b, s, prod, null, colour, cycle)) return -1;
-            if (!null[s]) break;
+    while (top >= 0) {
+        struct lframe *f = &fr[top];
+        const struct grammar_brule *ru = &b->rules[f->rule];
+        if (f->alt >= ru->n_alts) {
+            colour[f->rule] = BLACK;
+            top--;
+            continue;
+        }
+        const struct grammar_balt *al = &ru->alts[f->alt];
+        if (f->elem < 0) {
+            bool ok = true;
+            for (int i = 0; i < al->n && ok; i++)
+                if (al->e[i].kind == GRAMMAR_B_REF && !prod[al->e[i].arg]) ok = false;
+            f->elem = 0;
+            if (!ok) f->elem = al->n;
+        }
+        if (f->elem >= al->n || al->e[f->elem].kind != GRAMMAR_B_REF) {
+            f->alt++;
+            f->elem = -1;
+            continue;
+        }
+        int s = al->e[f->elem].arg;
+        if (null[s]) {
+            f->elem++;
+        } else {
+            f->alt++;
+            f->elem = -1;
+        }
+        if (colour[s] == GREY) return s;
+        if (colour[s] == WHITE) {
+            colour[s] = GREY;
+            fr[++top] = (struct lframe){s, 0, -1};
         }
     }
-    colour[r] = BLACK;
-    return 0;
+    return -1;
 }
 
 /* Fills g->rep_canon. A bounded repetition item{0,n} is a chain of rules
@@ -514,12 +852,23 @@ static void rep_canon(struct grammar *g, const struct grammar_builder *b)
     g->rep_canon = xmalloc(sizeof(int32_t) * (size_t)(g->n_elems ? g->n_elems : 1));
     for (int p = 0; p < g->n_elems; p++)
         g->rep_canon[p] = p;
+    /* cap[r]: the chain's opt_CAP below opt_k = r, or -1. opt_{k-1} is made
+     * before opt_k (a smaller index), so one pass in index order fills it
+     * (walking each chain from every opt_k was quadratic in its length). */
+    int *cap = xmalloc(sizeof(int) * (size_t)(b->n_rules ? b->n_rules : 1));
+    for (int r = 0; r < b->n_rules; r++) {
+        const struct grammar_brule *ru = &b->rules[r];
+        int nx = ru->rep_next;
+        cap[r] = ru->rep_left == GRAMMAR_REP_CAP ? r
+                 : ru->rep_left > GRAMMAR_REP_CAP && nx >= 0 && nx < r &&
+                         b->rules[nx].rep_left == ru->rep_left - 1
+                     ? cap[nx]
+                     : -1;
+    }
     for (int r = 0; r < b->n_rules; r++) {
         if (b->rules[r].rep_left <= GRAMMAR_REP_CAP) continue;
-        int c = r;
-        for (int k = b->rules[r].rep_left; k > GRAMMAR_REP_CAP && c >= 0; k--)
-            c = b->rules[c].rep_next;
-        if (c < 0 || b->rules[c].rep_left != GRAMMAR_REP_CAP) continue;
+        int c = cap[r];
+        if (c < 0) continue;
         if (g->rule_alt0[r] == g->rule_alt0[r + 1] || g->rule_alt0[c] == g->rule_alt0[c + 1])
             continue;
         int pr = g->rule_alts[g->rule_alt0[r]], pc = g->rule_alts[g->rule_alt0[c]];
@@ -531,52 +880,35 @@ static void rep_canon(struct grammar *g, const struct grammar_builder *b)
             continue;
         g->rep_canon[pr] = pc;
     }
+    free(cap);
 }
 
 int grammar__lower(struct grammar_builder *b, int root, struct grammar **out, struct err_msg *msg)
 {
     int rc = 0;
-    if (b->too_large)
-        return err_set(msg, ERR_TOO_LARGE, "grammar too large (more than %d elements or %d rules)",
-                       GRAMMAR_MAX_ELEMS, GRAMMAR_MAX_RULES);
+    if (b->over) return grammar__over_error(b, msg);
     int R = b->n_rules;
+    /* Every pass below is linear in the builder's size, which the builder
+     * bounds; charging it up front keeps the meter honest. */
+    if (!grammar__charge(b, 8 * (int64_t)(b->n_elems + R))) return grammar__over_error(b, msg);
     for (int r = 0; r < R; r++)
         if (!b->rules[r].defined)
             return err_set(msg, ERR_INVALID, "rule '%s' is used but not defined", b->rules[r].name);
 
     /* Productive rules and nullable rules (over productive alternatives). */
     bool *prod = xcalloc((size_t)R, 1), *null = xcalloc((size_t)R, 1);
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int r = 0; r < R; r++) {
-            const struct grammar_brule *ru = &b->rules[r];
-            for (int a = 0; a < ru->n_alts; a++) {
-                const struct grammar_balt *al = &ru->alts[a];
-                bool p = true, nl = true;
-                for (int i = 0; i < al->n; i++) {
-                    struct grammar_belem el = al->e[i];
-                    if (el.kind == GRAMMAR_B_CHARS) {
-                        nl = false;
-                        if (b->set_n[el.arg] == 0) p = false;
-                    } else {
-                        if (!prod[el.arg]) p = false;
-                        if (!null[el.arg]) nl = false;
-                    }
-                }
-                if (p && !prod[r]) prod[r] = changed = true;
-                if (p && nl && !null[r]) null[r] = changed = true;
-            }
-        }
-    }
+    builder_prod_null(b, prod, null);
     if (!prod[root]) {
         rc = err_set(msg, ERR_INVALID, "grammar matches no input (rule '%s' never completes)",
                      b->rules[root].name);
         goto out_free_flags;
     }
     uint8_t *colour = xcalloc((size_t)R, 1);
+    struct lframe *lstack = xmalloc(sizeof(*lstack) * (size_t)(R ? R : 1));
     int cycle = -1;
     for (int r = 0; r < R && cycle < 0; r++)
-        if (prod[r] && colour[r] == WHITE) left_rec_dfs(b, r, prod, null, colour, &cycle);
+        if (prod[r] && colour[r] == WHITE) cycle = left_rec_find(b, r, prod, null, colour, lstack);
+    free(lstack);
     free(colour);
     if (cycle >= 0) {
         rc = err_set(msg, ERR_INVALID,
@@ -721,6 +1053,17 @@ int grammar__lower(struct grammar_builder *b, int root, struct grammar **out, st
             }
     compute_follow(g);
     rep_canon(g, b);
+    g->lim = b->lim;
+    g->rule_origin = xmalloc(sizeof(int) * (size_t)(n_rules ? n_rules : 1));
+    g->rule_owner = xmalloc(sizeof(int) * (size_t)(n_rules ? n_rules : 1));
+    for (int r = 0; r < n_rules; r++) {
+        g->rule_origin[r] = r < R ? b->rules[r].origin : -1;
+        g->rule_owner[r] = r < R ? b->rules[r].rep_owner : -1;
+    }
+    g->origins = b->origins;
+    g->n_origins = b->n_origins;
+    b->origins = NULL;
+    b->n_origins = b->cap_origins = 0;
     *out = g;
 out_free_flags:
     free(prod);
@@ -750,8 +1093,15 @@ const char *grammar_kind_name(enum grammar_kind kind)
 int grammar_compile(enum grammar_kind kind, const char *src, size_t len, struct grammar **out,
                     struct err_msg *msg)
 {
+    return grammar_compile_limits(kind, src, len, NULL, out, msg);
+}
+
+int grammar_compile_limits(enum grammar_kind kind, const char *src, size_t len,
+                           const struct grammar_limits *lim, struct grammar **out,
+                           struct err_msg *msg)
+{
     struct grammar_builder b;
-    grammar__builder_init(&b);
+    grammar__builder_init(&b, lim);
     int root;
     switch (kind) {
     case GRAMMAR_EBNF:
@@ -772,7 +1122,24 @@ int grammar_compile(enum grammar_kind kind, const char *src, size_t len, struct 
     default:
         root = err_set(msg, ERR_INVALID, "unknown grammar kind %d", (int)kind);
     }
-    int rc = root < 0 ? root : grammar__lower(&b, root, out, msg);
+    /* A bound hit while building leaves a grammar cut short: that, not
+     * whatever the front end made of it, is the error. */
+    int rc = b.over     ? grammar__over_error(&b, msg)
+             : root < 0 ? root
+                        : grammar__lower(&b, root, out, msg);
+    if (rc == 0) {
+        (*out)->kind = kind;
+        rc = grammar__dry_run(*out, &b.meter, msg);
+        if (rc && b.meter.over) {
+            b.over = b.meter.over;
+            b.over_rule = -1;
+            rc = grammar__over_error(&b, msg);
+        }
+        if (rc) {
+            grammar_unref(*out);
+            *out = NULL;
+        }
+    }
     grammar__builder_release(&b);
     return rc;
 }
@@ -804,6 +1171,11 @@ void grammar_unref(struct grammar *g)
     free(g->rule_of);
     free(g->follow);
     free(g->rep_canon);
+    for (int i = 0; i < g->n_origins; i++)
+        free(g->origins[i]);
+    free(g->origins);
+    free(g->rule_origin);
+    free(g->rule_owner);
     free(g);
 }
 

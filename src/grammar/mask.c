@@ -41,8 +41,18 @@
  *          | EOG tokens if the state accepts
  *
  * Tables are computed lazily under the grammar's mutex and cached in the
- * grammar (at most GRAMMAR_MAX_TABLES; beyond that a table serves one mask),
- * so every request compiled from the same source reuses them.
+ * grammar (at most GRAMMAR_MAX_TABLES and lim.table_bytes of them; beyond
+ * that a table serves one mask), so every request compiled from the same
+ * source reuses them.
+ *
+ * Budget: a mask's work units (budget.c) are charged as it goes - a trie
+ * node visited, a leaf interned, a state's byte groups, a range of tokens
+ * set, a table ORed, the closures of transitions and run-time checks - and a
+ * table walk that runs past what is left of lim.mask_work stops at the next
+ * trie node. Whatever it memoized meanwhile may be incomplete, so the walker
+ * (a cache of states and transitions) is dropped and the table is not kept;
+ * the mask fails, and with it the matcher, naming the construct. The lock
+ * is thus held at most one budget's worth of work.
  *
  * Thread: any thread with its own matcher; the tables are shared.
  */
@@ -115,10 +125,17 @@ static void push_range(struct i32list *l, const struct grammar_trie *t, int from
  * whose next states are computed once. Inside free text a state has a handful
  * of groups, and walks of neighbouring contexts (the n-th and (n+1)-th
  * character of a bounded string) meet the same states. The walker
- * is dropped and rebuilt when it grows past WALKER_MAX_NODES nodes (recursive
- * grammars can reach unboundedly many stacks). */
+ * is dropped and rebuilt when it grows past WALKER_MAX_NODES nodes or
+ * WALKER_MAX_STATES states (recursive grammars can reach unboundedly many
+ * stacks). */
 
-#define WALKER_MAX_NODES (1 << 22)
+#define WALKER_MAX_NODES  (1 << 22)
+#define WALKER_MAX_STATES (1 << 18) /* ... or states (their byte-group rows are 256 bytes) */
+
+/* Charged for growing an array to `bytes` (copied when it moves): the walk
+ * that makes an array double pays for the copy, so a mask's units track
+ * its time even when it inherits a large walker. */
+#define GROW_UNITS(bytes) ((int64_t)(bytes) >> 6)
 
 struct wstate {
     int64_t off;           /* first leaf in walker.leaves */
@@ -143,7 +160,9 @@ struct wstate {
 };
 
 struct grammar_walker {
-    struct grammar_pool pool; /* stack nodes of all walks */
+    struct grammar_pool pool; /* stack nodes of all walks (its counters: the current walk's) */
+    int big;                  /* the state with the most leaves interned by the current walk */
+    int big_n;                /* its leaves */
     int32_t *leaves;          /* (n_leaves) leaf node ids of every state, concatenated */
     int64_t n_leaves, cap_leaves;
     struct wstate *states; /* (n_states) interned states */
@@ -220,12 +239,16 @@ static int intern(const struct grammar *g, struct grammar_walker *w, struct gram
     if (w->n_states == w->cap_states) {
         w->cap_states = w->cap_states ? 2 * w->cap_states : 256;
         w->states = xrealloc(w->states, sizeof(*w->states) * (size_t)w->cap_states);
+        w->pool.units += GROW_UNITS(sizeof(*w->states) * (size_t)w->cap_states);
     }
     if (w->n_leaves + st->n > w->cap_leaves) {
         w->cap_leaves = MAX(2 * w->cap_leaves, w->n_leaves + st->n + 1024);
         w->leaves = xrealloc(w->leaves, sizeof(int32_t) * (size_t)w->cap_leaves);
+        w->pool.units += GROW_UNITS(sizeof(int32_t) * (size_t)w->cap_leaves);
     }
     int id = w->n_states++;
+    w->pool.units += 2 * (int64_t)st->n + 1;
+    if (st->n > w->big_n) w->big_n = st->n, w->big = id;
     struct wstate *ns = &w->states[id];
     *ns = (struct wstate){.off = w->n_leaves,
                           .n = st->n,
@@ -245,6 +268,7 @@ static int intern(const struct grammar *g, struct grammar_walker *w, struct gram
     if (2 * w->n_states > w->n_shash) {
         w->n_shash *= 2;
         w->shash = xrealloc(w->shash, sizeof(int32_t) * (size_t)w->n_shash);
+        w->pool.units += w->n_states;
         memset(w->shash, 0, sizeof(int32_t) * (size_t)w->n_shash);
         for (int i = 0; i < w->n_states; i++)
             shash_insert(w, i);
@@ -263,16 +287,18 @@ static void make_row(const struct grammar *g, struct grammar_walker *w, int sid)
     if (w->n_rows == w->cap_rows) {
         w->cap_rows = w->cap_rows ? 2 * w->cap_rows : 256;
         w->cls = xrealloc(w->cls, (size_t)w->cap_rows * 256);
+        w->pool.units += GROW_UNITS((size_t)w->cap_rows * 256);
     }
     uint8_t *row = w->cls + w->n_rows * 256;
     int n_groups = 0;
+    int64_t bits = 0;
     if (s->n <= 64) {
         uint64_t sig[256] = {0}, seen[256];
         const int32_t *leaf = w->leaves + s->off;
         for (int j = 0; j < s->n; j++) {
             const uint64_t *set = g->sets[g->elems[w->pool.pos[leaf[j]]].arg];
             for (int k = 0; k < 4; k++)
-                for (uint64_t m = set[k]; m; m &= m - 1)
+                for (uint64_t m = set[k]; m; m &= m - 1, bits++)
                     sig[k * 64 + __builtin_ctzll(m)] |= 1ull << j;
         }
         for (int c = 0; c < 256; c++) {
@@ -287,9 +313,11 @@ static void make_row(const struct grammar *g, struct grammar_walker *w, int sid)
             row[c] = (uint8_t)c;
         n_groups = 256;
     }
+    w->pool.units += 16 + (bits >> 2) + (s->n <= 64 ? 16 * (int64_t)n_groups : 64);
     if (w->n_succ + n_groups > w->cap_succ) {
         w->cap_succ = MAX(2 * w->cap_succ, w->n_succ + n_groups + 1024);
         w->succ = xrealloc(w->succ, sizeof(int32_t) * (size_t)w->cap_succ);
+        w->pool.units += GROW_UNITS(sizeof(int32_t) * (size_t)w->cap_succ);
     }
     for (int k = 0; k < n_groups; k++)
         w->succ[w->n_succ + k] = -1;
@@ -358,11 +386,12 @@ static const int utf8_class_len[8] = {2, 3, 3, 3, 3, 4, 4, 4};
 
 /* Every leaf of state sid reads all of [lo, hi] or none of it, and some leaf
  * reads it. */
-static bool range_uniform(const struct grammar *g, const struct grammar_walker *w, int sid,
-                          unsigned lo, unsigned hi)
+static bool range_uniform(const struct grammar *g, struct grammar_walker *w, int sid, unsigned lo,
+                          unsigned hi)
 {
     const struct wstate *s = &w->states[sid];
     bool any = false;
+    w->pool.units += 1 + ((int64_t)s->n * (hi - lo + 1) >> 4);
     for (int j = 0; j < s->n; j++) {
         const uint64_t *set = g->sets[g->elems[w->pool.pos[w->leaves[s->off + j]]].arg];
         bool first = grammar__set_has(set, lo);
@@ -387,14 +416,20 @@ static void run_profile(const struct grammar *g, struct grammar_walker *w, int s
         for (unsigned b = 0; b < 128; b++)
             if (grammar__set_has(set, b)) sig[b] |= 1ull << j;
     }
-    int best = -1, best_n = 0;
+    /* The largest group; ties go to the group of the smallest byte. */
+    uint64_t gsig[128];
+    int gcnt[128], gfirst[128], n_g = 0, best = -1, best_n = 0;
     for (unsigned b = 0; b < 128; b++) {
         if (!sig[b]) continue;
-        int cnt = 0;
-        for (unsigned c = 0; c < 128; c++)
-            cnt += sig[c] == sig[b];
-        if (cnt > best_n) best = (int)b, best_n = cnt;
+        int k = 0;
+        while (k < n_g && gsig[k] != sig[b])
+            k++;
+        if (k == n_g) gsig[n_g] = sig[b], gcnt[n_g] = 0, gfirst[n_g++] = (int)b;
+        gcnt[k]++;
     }
+    for (int k = 0; k < n_g; k++)
+        if (gcnt[k] > best_n) best = gfirst[k], best_n = gcnt[k];
+    w->pool.units += 8 + 8 * (int64_t)s->n + 8 * (int64_t)n_g;
     if (best < 0) return;
     uint64_t ascii[2] = {0, 0};
     for (unsigned b = 0; b < 128; b++)
@@ -606,17 +641,32 @@ static enum run_verdict run_verdict(const struct grammar *g, struct grammar_walk
     return RUN_UPTO;
 }
 
-/* The verdicts of the tokens of trie t in a context. */
+/* Charged for setting or listing a range of tokens (cheap per token). */
+#define RANGE_UNITS(n) ((int64_t)(n) >> 2)
+
+/* The verdicts of the tokens of trie t in a context, or NULL when the walk
+ * ran past wk's budget (wk->over, blame, n_stacks set; the walker dropped). */
 static struct grammar_posmask *compute(struct grammar *g, const struct grammar_vocab *v,
                                        const struct grammar_trie *t, const int32_t *key, int n_key,
-                                       bool root)
+                                       bool root, struct grammar_work *wk)
 {
-    if (g->walker && g->walker->pool.n > WALKER_MAX_NODES) {
+    /* A walker small next to the budget: growing one of its arrays (a
+     * rehash of every node, a copy of every leaf) is charged to the walk
+     * that triggers it, and must not overshoot the bound by much (an
+     * eighth, at most). */
+    struct grammar_walker *old = g->walker;
+    if (old && (old->pool.n > MIN(WALKER_MAX_NODES, g->lim.mask_work / 16) ||
+                old->n_states > MIN(WALKER_MAX_STATES, g->lim.mask_work / 64) ||
+                old->n_leaves > g->lim.mask_work / 8)) {
         grammar__walker_free(g->walker);
         g->walker = NULL;
     }
     if (!g->walker) g->walker = walker_new();
     struct grammar_walker *w = g->walker;
+    grammar__pool_bound(&w->pool, wk->max - wk->used, g->lim.max_stacks,
+                        w->pool.n + g->lim.max_nodes);
+    w->big = -1;
+    w->big_n = 0;
     /* Depth-first over the trie with an explicit stack: one frame per node
      * whose children are being scanned. */
     struct frame {
@@ -650,6 +700,9 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
             top--;
             continue;
         }
+        if (++w->pool.units > w->pool.max_units && !w->pool.over)
+            w->pool.over = GRAMMAR_POOL_OVER_WORK;
+        if (w->pool.over) break;
         const struct grammar_tnode *nd = &tn[f->next++];
         int last = f->next < f->end ? tn[f->next].first : f->last;
         unsigned b = nd->byte;
@@ -659,13 +712,17 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
         if (!grammar__set_has(in->alive, b)) {
             /* No leaf reads b: the state after it is empty (no stack, no
              * return), so the subtree is rejected or uncertain as a whole. */
-            if (u) push_range(&un, t, nd->first, last);
+            if (u) {
+                push_range(&un, t, nd->first, last);
+                w->pool.units += RANGE_UNITS(last - nd->first);
+            }
             continue;
         }
         int o_id = step(g, w, f->sid, b);
         if (nd->n_kids && w->states[o_id].n > 0) {
             int h = 0;
             enum run_verdict rv = run_verdict(g, w, v, o_id, nd, last, u, &h);
+            if (rv != RUN_NONE) w->pool.units += RANGE_UNITS(last - nd->first);
             if (rv == RUN_ALL) n_acc += set_range(acc, t, nd->first, last);
             if (rv == RUN_UPTO) {
                 int most = chars + h;
@@ -691,12 +748,35 @@ static struct grammar_posmask *compute(struct grammar *g, const struct grammar_v
              * deeper tokens all are uncertain (a return happened before) or
              * all rejected. (A state that just returned goes one level
              * deeper, where each child's byte is checked against FOLLOW.) */
-            if (u) push_range(&un, t, t1, last);
+            if (u) {
+                push_range(&un, t, t1, last);
+                w->pool.units += RANGE_UNITS(last - t1);
+            }
             continue;
         }
         if (nd->n_kids)
             fr[++top] = (struct frame){nd->kids, nd->kids + nd->n_kids, o_id, chars, last, u};
     }
+    if (w->pool.over) {
+        /* Stopped early: what it memoized may be incomplete. */
+        const int32_t *leaf = w->tmp.leaf;
+        int n_leaf = w->tmp.n;
+        if (w->big >= 0 && w->big_n > n_leaf) {
+            leaf = w->leaves + w->states[w->big].off;
+            n_leaf = w->big_n;
+        }
+        wk->over = w->pool.over;
+        wk->blame = grammar__blame(g, &w->pool, leaf, n_leaf);
+        wk->n_stacks = n_leaf;
+        wk->used += w->pool.units;
+        grammar__walker_free(g->walker);
+        g->walker = NULL;
+        free(fr);
+        free(acc);
+        free(un.a);
+        return NULL;
+    }
+    wk->used += w->pool.units + RANGE_UNITS(words);
     struct grammar_posmask *pm = xcalloc(1, sizeof(*pm));
     pm->n_accept = n_acc;
     if ((size_t)n_acc * 4 < (size_t)words * 8) {
@@ -759,13 +839,21 @@ static struct grammar_posmask *lookup(struct grammar *g, const int32_t *key, int
     return NULL;
 }
 
+static int64_t posmask_bytes(const struct grammar_posmask *pm, int words)
+{
+    return (int64_t)sizeof(*pm) + (pm->accept ? 8 * (int64_t)words : 4 * (int64_t)pm->n_accept) +
+           4 * (int64_t)pm->n_uncertain;
+}
+
 /* Caches pm under its context; false when the cache is full (the caller
  * keeps ownership). Under g->mu. */
 static bool insert(struct grammar *g, const int32_t *key, int n_key, bool root, uint64_t h,
                    struct grammar_posmask *pm)
 {
-    /* Bounded memory: beyond the cap a table serves one mask only. */
-    if (g->n_tabs >= GRAMMAR_MAX_TABLES) return false;
+    /* Bounded memory: beyond the caps a table serves one mask only. */
+    int64_t bytes = posmask_bytes(pm, (g->vocab->n_vocab + 63) / 64) + 4 * (int64_t)n_key;
+    if (g->n_tabs >= GRAMMAR_MAX_TABLES || g->tab_bytes + bytes > g->lim.table_bytes) return false;
+    g->tab_bytes += bytes;
     if (2 * (g->n_tabs + 1) > g->cap_tabs) tabs_grow(g);
     size_t k = h & (size_t)(g->cap_tabs - 1);
     while (g->tabs[k].hash)
@@ -782,7 +870,8 @@ static bool insert(struct grammar *g, const int32_t *key, int n_key, bool root, 
 }
 
 struct grammar_posmask *grammar__table(struct grammar *g, const struct grammar_vocab *v,
-                                       const int32_t *key, int n_key, bool root, bool *owned)
+                                       const int32_t *key, int n_key, bool root, bool *owned,
+                                       struct grammar_work *wk)
 {
     CHECK(n_key >= 1 && key[0] >= 0 && key[0] < g->n_elems &&
           g->elems[key[0]].kind == GRAMMAR_E_BYTES);
@@ -809,12 +898,17 @@ struct grammar_posmask *grammar__table(struct grammar *g, const struct grammar_v
         uint64_t hc = key_hash(ck, n_key, root);
         base = lookup(g, ck, n_key, root, hc);
         if (!base) {
-            base = compute(g, v, &v->trie, ck, n_key, root);
+            base = compute(g, v, &v->trie, ck, n_key, root, wk);
+            if (!base) goto out_unlock;
             g->n_builds++;
             base_owned = !insert(g, ck, n_key, root, hc, base);
         }
     }
-    pm = compute(g, v, canon ? &v->long_trie : &v->trie, key, n_key, root);
+    pm = compute(g, v, canon ? &v->long_trie : &v->trie, key, n_key, root, wk);
+    if (!pm) {
+        if (base_owned) grammar__posmask_free(base);
+        goto out_unlock;
+    }
     pm->base = base;
     pm->base_owned = base_owned;
     g->n_builds++;
@@ -824,6 +918,15 @@ out_unlock:
     return pm;
 }
 
+/* Fails the mask for wk's bound: mask all zero, the matcher failed. */
+static int mask_fail(struct grammar_matcher *m, struct grammar_work *wk, uint64_t *mask, int words)
+{
+    memset(mask, 0, sizeof(uint64_t) * (size_t)words);
+    grammar__matcher_fail_work(m, wk, true);
+    grammar__matcher_set_work(m, wk->used);
+    return ERR_INVALID;
+}
+
 int grammar_matcher_fill_mask(struct grammar_matcher *m, uint64_t *mask)
 {
     struct grammar *g = grammar__matcher_grammar(m);
@@ -831,11 +934,16 @@ int grammar_matcher_fill_mask(struct grammar_matcher *m, uint64_t *mask)
     CHECK(v);
     int words = (v->n_vocab + 63) / 64;
     memset(mask, 0, sizeof(uint64_t) * (size_t)words);
+    grammar__matcher_set_work(m, 0);
+    int err = grammar_matcher_error(m, NULL);
+    if (err) return err;
     if (grammar_matcher_is_terminated(m)) return 0;
     const struct grammar_state *st = grammar__matcher_state(m);
-    const struct grammar_pool *pool = grammar__matcher_pool(m);
+    struct grammar_pool *pool = grammar__matcher_pool(m);
+    struct grammar_work wk = {.max = g->lim.mask_work, .blame = -1};
     int32_t key[GRAMMAR_CTX_DEPTH];
     bool any_uncertain = false;
+    int rc = 0;
     /* Leaves with equal top frames share one table; leaves are few, and
      * equal stacks are equal nodes, so the only duplicates are stacks that
      * differ below the key: the table lookup dedups those. */
@@ -845,6 +953,7 @@ int grammar_matcher_fill_mask(struct grammar_matcher *m, uint64_t *mask)
         tabs = xmalloc(sizeof(*tabs) * (size_t)st->n);
         owned = xmalloc(sizeof(bool) * (size_t)st->n);
     }
+    int n_tabs = 0;
     for (int i = 0; i < st->n; i++) {
         int n_key = 0;
         int32_t node = st->leaf[i];
@@ -852,15 +961,43 @@ int grammar_matcher_fill_mask(struct grammar_matcher *m, uint64_t *mask)
             key[n_key++] = pool->pos[node];
             node = pool->parent[node];
         }
-        tabs[i] = grammar__table(g, v, key, n_key, node == GRAMMAR_PARENT_ROOT, &owned[i]);
+        wk.used += 1 + n_key / 4;
+        tabs[i] = grammar__table(g, v, key, n_key, node == GRAMMAR_PARENT_ROOT, &owned[i], &wk);
+        if (!tabs[i]) {
+            /* Many stacks each with a table of its own cost more than one
+             * walk's large state: charge the bigger of the two. */
+            if (st->n >= wk.n_stacks) {
+                wk.blame = grammar__blame(g, pool, st->leaf, st->n);
+                wk.n_stacks = st->n;
+            }
+            rc = mask_fail(m, &wk, mask, words);
+            goto out_free;
+        }
+        n_tabs = i + 1;
         for (const struct grammar_posmask *pm = tabs[i]; pm; pm = pm->base) {
-            if (pm->accept)
+            /* Locals: the stores into mask could alias the table's fields,
+             * which would reload them every iteration. */
+            const uint64_t *acc = pm->accept;
+            const int32_t *list = pm->accept_list;
+            int n_acc = pm->n_accept;
+            if (acc) {
                 for (int w = 0; w < words; w++)
-                    mask[w] |= pm->accept[w];
-            else
-                for (int j = 0; j < pm->n_accept; j++)
-                    mask[pm->accept_list[j] >> 6] |= 1ull << (pm->accept_list[j] & 63);
+                    mask[w] |= acc[w];
+                wk.used += words >> 3;
+            } else {
+                for (int j = 0; j < n_acc; j++)
+                    mask[list[j] >> 6] |= 1ull << (list[j] & 63);
+                wk.used += n_acc >> 2;
+            }
             any_uncertain |= pm->n_uncertain > 0;
+        }
+        if (wk.used > wk.max) {
+            /* ORing this many tables is the cost: charge the stacks. */
+            wk.over = GRAMMAR_POOL_OVER_WORK;
+            wk.blame = grammar__blame(g, pool, st->leaf, st->n);
+            wk.n_stacks = st->n;
+            rc = mask_fail(m, &wk, mask, words);
+            goto out_free;
         }
     }
     for (int i = 0; i < st->n && any_uncertain; i++)
@@ -868,19 +1005,29 @@ int grammar_matcher_fill_mask(struct grammar_matcher *m, uint64_t *mask)
             for (int j = 0; j < pm->n_uncertain; j++) {
                 int32_t t = pm->uncertain[j];
                 if ((mask[t >> 6] >> (t & 63)) & 1) continue;
-                if (grammar__matcher_try(m, v->bytes + v->off[t], v->off[t + 1] - v->off[t]))
-                    mask[t >> 6] |= 1ull << (t & 63);
+                grammar__pool_bound(pool, wk.max - wk.used, g->lim.max_stacks, g->lim.max_nodes);
+                bool ok =
+                    grammar__matcher_try(m, v->bytes + v->off[t], v->off[t + 1] - v->off[t], &wk);
+                wk.used += pool->units + 1;
+                if (wk.over) {
+                    rc = mask_fail(m, &wk, mask, words);
+                    goto out_free;
+                }
+                if (ok) mask[t >> 6] |= 1ull << (t & 63);
             }
-    for (int i = 0; i < st->n; i++)
+    if (st->accept)
+        for (int k = 0; k < v->n_eog; k++)
+            mask[v->eog[k] >> 6] |= 1ull << (v->eog[k] & 63);
+    rc = count_bits(mask, words);
+    grammar__matcher_set_work(m, wk.used);
+out_free:
+    for (int i = 0; i < n_tabs; i++)
         if (owned[i]) grammar__posmask_free(tabs[i]);
     if (tabs != tabs_small) {
         free(tabs);
         free(owned);
     }
-    if (st->accept)
-        for (int k = 0; k < v->n_eog; k++)
-            mask[v->eog[k] >> 6] |= 1ull << (v->eog[k] & 63);
-    return count_bits(mask, words);
+    return rc;
 }
 
 void grammar_table_stats(struct grammar *g, int *n_cached, uint64_t *n_built)

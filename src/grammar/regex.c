@@ -467,11 +467,15 @@ static int parse_atom(struct rx *p, int depth)
                             (p->s[p->i] == '?' && (min != 1 || max != 1))))
             return fail(p, "nothing to repeat"), -1;
     }
+    /* groups and repetitions are what can blow up: their text names them in
+     * budget errors (budget.c) */
+    if (c == '(') p->out->nodes[nd].span = (int)(p->i - at);
     if (min == 1 && max == 1) return nd;
     int r = node_new(p, GRAMMAR_RX_REPEAT, at);
     p->out->nodes[r].child = nd;
     p->out->nodes[r].min = min;
     p->out->nodes[r].max = max;
+    p->out->nodes[r].span = (int)(p->i - at);
     return r;
 }
 
@@ -565,7 +569,12 @@ int grammar__rx_parse(struct grammar_rx *rx, const char *src, size_t len, struct
         }
         size_t save_n = p.n;
         p.n = stop;
+        size_t body_start = p.i;
         int body = parse_alts(&p, 0);
+        if (body >= 0) {
+            rx->nodes[body].offset = (int)body_start;
+            rx->nodes[body].span = (int)(p.i - body_start);
+        }
         if (!p.err && p.i < p.n)
             fail(&p, p.s[p.i] == ')' ? "unbalanced ')'" : "unexpected character");
         p.n = save_n;
@@ -682,6 +691,24 @@ static int helper(struct emit *e)
     return grammar__rule(e->b, nm);
 }
 
+/* Names rule after the pattern text of node nd, for budget errors
+ * (budget.c): the fragment and its offset, inside the schema's pointer when
+ * the pattern is a JSON Schema's. */
+static void name_origin(struct emit *e, int rule, int nd)
+{
+    struct grammar_builder *b = e->b;
+    const struct grammar_rxnode *x = &e->rx->nodes[nd];
+    if (b->over || rule < 0 || rule >= b->n_rules || x->span <= 0) return;
+    int n = MIN(x->span, 60);
+    const char *more = x->span > 60 ? "..." : "";
+    const char *frag = e->rx->src + x->offset;
+    b->rules[rule].origin =
+        b->origin_cur >= 0
+            ? grammar__origin(b, "%s: pattern fragment '%.*s%s' at offset %d",
+                              b->origins[b->origin_cur], n, frag, more, x->offset)
+            : grammar__origin(b, "regex fragment '%.*s%s' at offset %d", n, frag, more, x->offset);
+}
+
 /* Pushes one character of set r[0..n) (normalized) onto the current
  * alternative of `into`, in plain or JSON string spelling. */
 static void emit_chars(struct emit *e, int into, const struct grammar_cprange *r, int n)
@@ -734,14 +761,17 @@ static void emit_node(struct emit *e, int nd, int into)
     case GRAMMAR_RX_ALT: {
         int h = helper(e);
         fill_rule(e, nd, h);
+        name_origin(e, h, nd);
         grammar__ref(e->b, into, h);
         break;
     }
     case GRAMMAR_RX_REPEAT: {
         int item = helper(e);
         fill_rule(e, x->child, item);
-        grammar__ref(e->b, into,
-                     grammar__repeat(e->b, e->b->rules[item].name, item, x->min, x->max));
+        name_origin(e, item, x->child);
+        int rep = grammar__repeat(e->b, e->b->rules[item].name, item, x->min, x->max);
+        name_origin(e, rep, nd);
+        grammar__ref(e->b, into, rep);
         break;
     }
     default:
@@ -766,6 +796,7 @@ int grammar__rx_emit(struct grammar_builder *b, const struct grammar_rx *rx, boo
         }
         int body = helper(&e);
         fill_rule(&e, top->node, body);
+        name_origin(&e, body, top->node);
         grammar__alt(b, root);
         if (search && !top->start) grammar__ref(b, root, any);
         grammar__ref(b, root, body);

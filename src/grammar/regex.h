@@ -46,6 +46,7 @@ struct grammar_rxnode {
     int set;     /* CHARS: index into sets */
     bool negate; /* LOOK: (?!...) rather than (?=...) */
     int offset;  /* byte offset in the pattern where the construct starts (messages) */
+    int span;    /* groups, repetitions, alternatives: its bytes in the pattern (0: unknown) */
 };
 
 struct grammar_rxtop {

@@ -1168,6 +1168,9 @@ struct ktrie {
     uint32_t *ch; /* (n) character on the edge into the node */
     int *parent;  /* (n) */
     bool *word;   /* (n) a name ends here */
+    int *kid;     /* (n) first child, -1 none */
+    int *last;    /* (n) last child, -1 none */
+    int *sib;     /* (n) next sibling in creation order, -1 none */
     int n;        /* nodes (0 = root) */
 };
 
@@ -1181,8 +1184,12 @@ static int key_except(struct sc *s, const char *const *names, int n_names)
     t.ch = xmalloc(sizeof(uint32_t) * (size_t)cap);
     t.parent = xmalloc(sizeof(int) * (size_t)cap);
     t.word = xcalloc((size_t)cap, 1);
+    t.kid = xmalloc(sizeof(int) * (size_t)cap);
+    t.last = xmalloc(sizeof(int) * (size_t)cap);
+    t.sib = xmalloc(sizeof(int) * (size_t)cap);
     t.n = 1;
     t.parent[0] = -1;
+    t.kid[0] = t.last[0] = t.sib[0] = -1;
     for (int i = 0; i < n_names; i++) {
         int cur = 0;
         const unsigned char *p = (const unsigned char *)names[i];
@@ -1197,12 +1204,18 @@ static int key_except(struct sc *s, const char *const *names, int n_names)
             }
             k += (size_t)l;
             int found = -1;
-            for (int c = 1; c < t.n; c++)
-                if (t.parent[c] == cur && t.ch[c] == cp) found = c;
+            for (int c = t.kid[cur]; c >= 0 && found < 0; c = t.sib[c])
+                if (t.ch[c] == cp) found = c;
             if (found < 0) {
                 found = t.n++;
                 t.parent[found] = cur;
                 t.ch[found] = cp;
+                t.kid[found] = t.last[found] = t.sib[found] = -1;
+                if (t.last[cur] >= 0)
+                    t.sib[t.last[cur]] = found;
+                else
+                    t.kid[cur] = found;
+                t.last[cur] = found;
             }
             cur = found;
         }
@@ -1228,8 +1241,7 @@ static int key_except(struct sc *s, const char *const *names, int n_names)
         other[n_other++] = (struct grammar_cprange){0, 0x1F};
         other[n_other++] = (struct grammar_cprange){'"', '"'};
         other[n_other++] = (struct grammar_cprange){'\\', '\\'};
-        for (int c = 1; c < t.n; c++) {
-            if (t.parent[c] != i) continue;
+        for (int c = t.kid[i]; c >= 0; c = t.sib[c]) {
             grammar__alt(b, r);
             chars(s, r, t.ch[c], t.ch[c]);
             grammar__ref(b, r, rule[c]);
@@ -1264,6 +1276,9 @@ static int key_except(struct sc *s, const char *const *names, int n_names)
     free(t.ch);
     free(t.parent);
     free(t.word);
+    free(t.kid);
+    free(t.last);
+    free(t.sib);
     return r;
 }
 
@@ -1293,21 +1308,28 @@ static int gen_object(struct sc *s, json_t *node, const char *path)
             schemas[n++] = val;
         }
     }
+    /* name -> member index, so that thousands of required names are not
+     * each compared with every declared one */
+    json_t *index = json_object();
+    for (int k = 0; k < n; k++)
+        json_object_set_new(index, names[k], json_integer(k));
     for (size_t i = 0; i < n_req; i++) {
         json_t *x = json_array_get(req, i);
         if (!json_is_string(x)) {
             rc = fail_kw(s, path, "required", "must be an array of strings");
+            json_decref(index);
             goto out;
         }
-        int k = 0;
-        while (k < n && strcmp(names[k], json_string_value(x)) != 0)
-            k++;
+        json_t *at = json_object_get(index, json_string_value(x));
+        int k = at ? (int)json_integer_value(at) : n;
         if (k == n) {
+            json_object_set_new(index, json_string_value(x), json_integer(k));
             names[n] = json_string_value(x);
             schemas[n++] = NULL; /* any value */
         }
         required[k] = true;
     }
+    json_decref(index);
     /* value rule of each member: "name" ws : ws value */
     int *kv = xmalloc(sizeof(int) * (size_t)(n + 1));
     for (int i = 0; i < n; i++) {
@@ -1978,10 +2000,16 @@ static int gen(struct sc *s, json_t *node, const char *path)
         return err_set(s->msg, ERR_INVALID,
                        "json schema: %s: a schema must be an object or boolean",
                        path[0] ? path : "#");
+    /* Past a compile bound the rest would only be thrown away. */
+    if (b->over) return grammar__over_error(b, s->msg);
     if (++s->depth > SCHEMA_MAX_DEPTH) {
         s->depth--;
-        return err_set(s->msg, ERR_TOO_LARGE, "json schema: %s: nested too deeply", path);
+        return err_set(s->msg, ERR_INVALID,
+                       "json schema: nested too deeply (more than %d levels) at %s",
+                       SCHEMA_MAX_DEPTH, path);
     }
+    int origin = b->origin_cur; /* rules made below come from this subschema */
+    b->origin_cur = grammar__origin(b, "json schema: %s", path);
     int rc = 0;
     json_t *own = NULL; /* node rewritten by rewrite() */
     json_t *ref = json_object_get(node, "$ref");
@@ -2143,6 +2171,7 @@ static int gen(struct sc *s, json_t *node, const char *path)
 out:
     json_decref(own);
     s->depth--;
+    b->origin_cur = origin;
     return rc;
 }
 

@@ -47,7 +47,10 @@ static int piece(struct grammar_builder *b, int alt, const json_t *p, const char
                        where);
     char *text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
     CHECK(text);
+    /* budget errors name the piece too */
+    b->origin_prefix = label ? json_string_value(label) : where;
     int r = grammar__schema_build(b, text, strlen(text), false, msg);
+    b->origin_prefix = NULL;
     free(text);
     if (r < 0) {
         char inner[sizeof(msg->text)];

@@ -36,7 +36,8 @@
  * which ASCII bytes occur below, and whether any non-ASCII byte does.
  *
  * Lifetime: process (one per loaded model); immutable after construction,
- * shared read-only by every thread.
+ * shared read-only by every thread. Construction may run on any thread, and
+ * on several at once for different models.
  */
 #include "base/check.h"
 #include "gguf/gguf.h"
@@ -45,7 +46,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct grammar_vocab *sort_vocab; /* qsort context (construction is single threaded) */
+/* qsort's context: per thread, so that vocabularies of two models can be
+ * built at once on different threads. */
+static __thread const struct grammar_vocab *sort_vocab;
 
 static int cmp_tok(const void *a, const void *b)
 {

@@ -61,6 +61,7 @@ static void prep_release(struct call_prep *p)
     free(p->prompt_ids);
     free(p->prompt_text);
     json_decref(p->history);
+    inferd_compiled_grammar_free(p->grammar);
     memset(p, 0, sizeof(*p));
 }
 
@@ -344,7 +345,8 @@ static void on_message(struct server *s, struct call *c, int i, const struct run
             finish(c, ev->error ? ev->error : ERR_UNAVAILABLE,
                    ev->finish == INFERD_FINISH_CANCELLED
                        ? "the request was cancelled: the server is shutting down"
-                       : "the engine failed this request");
+                   : ev->message[0] ? ev->message
+                                    : "the engine failed this request");
             break;
         }
     }
@@ -413,6 +415,7 @@ static void start_generation(struct server *s, struct call *c)
         q.grammar.kind = r->grammar_kind;
         q.grammar.source = r->grammar_src;
         q.grammar.len = r->grammar_src ? strlen(r->grammar_src) : 0;
+        q.grammar.compiled = p->grammar; /* the engine takes its own reference */
         runner_submit(&s->runner, g->tag, &q);
     }
     flush(c);

@@ -4,11 +4,13 @@
  *
  *   body --decode--> api_request --(Responses) stored conversation--> messages
  *        --chat template--> text --byte bound--> tokenizer --> prompt ids
- *        --checks (context, vocabulary, logit bias)--> ready
+ *        --checks (context, vocabulary, logit bias)--> grammar compiled
+ *        (under its budgets) --> ready
  *
  * None of it may run on the event loop: decoding an 8 MiB body, rendering a
- * long conversation or tokenizing a large prompt takes milliseconds to
- * seconds, and every other client would wait for it.
+ * long conversation, tokenizing a large prompt or compiling a grammar takes
+ * milliseconds to seconds, and every other client would wait for it; nor on
+ * the engine thread, where every running stream would.
  *
  * The byte bound. A token stands for at most max_token_bytes bytes of text
  * (the longest token of the vocabulary), so a text of B bytes has at least
@@ -189,6 +191,26 @@ static int tokenize_prompts(struct server *s, struct call *c, struct err_msg *ms
     return 0;
 }
 
+/* The request's grammar, compiled here under its budgets (the engine only
+ * makes a matcher at submit). A refusal names the construct and the field
+ * that gave the grammar. */
+static int compile_grammar(struct server *s, struct call *c, struct err_msg *msg)
+{
+    struct api_request *r = &c->r;
+    if (r->grammar_kind == INFERD_GRAMMAR_NONE) return 0;
+    struct inferd_grammar g = {.kind = r->grammar_kind,
+                               .source = r->grammar_src,
+                               .len = r->grammar_src ? strlen(r->grammar_src) : 0};
+    char err[sizeof(msg->text) - 64];
+    int rc = inferd_grammar_compile(s->model, &g, &c->prep.grammar, err, sizeof(err));
+    if (!rc) return 0;
+    const char *param = r->grammar_kind == INFERD_GRAMMAR_SEQUENCE ? "tool_choice"
+                        : r->grammar_param[0]                      ? r->grammar_param
+                                                                   : "grammar";
+    snprintf(r->bad_param, sizeof(r->bad_param), "%s", param);
+    return err_set(msg, rc == ERR_INVALID ? ERR_INVALID : rc, "%s: %s", param, err);
+}
+
 void prep_generation(struct server *s, struct call *c, const char *body, size_t len,
                      enum api_kind kind)
 {
@@ -217,6 +239,7 @@ void prep_generation(struct server *s, struct call *c, const char *body, size_t 
     if (!rc) rc = build_messages(s, c, msg);
     if (!rc) rc = setup_tools(s, c, msg);
     if (!rc) rc = tokenize_prompts(s, c, msg);
+    if (!rc) rc = compile_grammar(s, c, msg);
     if (!rc && c->r.n * c->prep.n_prompts > API_MAX_PROMPTS)
         rc = err_set(msg, ERR_INVALID, "n x prompts: at most %d sequences per request",
                      API_MAX_PROMPTS);

@@ -309,8 +309,10 @@ static void side_done(struct jobq_job *job)
     if (s->stopping) serve_maybe_exit(s);
 }
 
-static struct side *side_start(struct server *s, struct http_request *req, const struct route *rt,
-                               enum side_op op, const char *id)
+/* Queues a side job; from the push on, the job belongs to its worker until
+ * side_done. */
+static void side_start(struct server *s, struct http_request *req, const struct route *rt,
+                       enum side_op op, const char *id, const struct api_items_query *items)
 {
     struct side *j = xcalloc(1, sizeof(*j));
     j->srv = s;
@@ -319,11 +321,11 @@ static struct side *side_start(struct server *s, struct http_request *req, const
     j->op = op;
     j->r.kind = rt->kind;
     if (id) snprintf(j->id, sizeof(j->id), "%s", id);
+    if (items) j->items = *items;
     j->job.run = side_run;
     j->job.done = side_done;
     s->n_side_jobs++;
-    jobq_push(op <= SIDE_DETOKENIZE ? &s->prep : &s->storeq, &j->job);
-    return j;
+    jobq_push(op <= SIDE_DETOKENIZE ? &s->prep : &s->storeq, &j->job); /* the job's now */
 }
 
 /* ----------------------------------------------------------- handlers */
@@ -341,7 +343,7 @@ static void on_tokenize(struct server *s, struct http_request *req, const struct
                !strcmp(rt->pattern, "/detokenize") ? SIDE_DETOKENIZE
                : rt->kind == API_MESSAGES          ? SIDE_COUNT
                                                    : SIDE_TOKENIZE,
-               NULL);
+               NULL, NULL);
 }
 
 static void on_stored(struct server *s, struct http_request *req, const struct route *rt,
@@ -365,8 +367,7 @@ static void on_stored(struct server *s, struct http_request *req, const struct r
             return;
         }
     }
-    struct side *j = side_start(s, req, rt, op, id);
-    j->items = q;
+    side_start(s, req, rt, op, id, &q);
 }
 
 /* The served model in the API's terms. */

@@ -64,13 +64,14 @@ struct gen {
 
 /* What a prep job produces for a call (written by the prep thread). */
 struct call_prep {
-    int rc;                    /* 0, or the error to answer */
-    struct err_msg msg;        /* the error's message */
-    struct i32vec *prompt_ids; /* (n_prompts) tokenized prompts */
-    int n_prompts;             /* entries of prompt_ids */
-    char **prompt_text;        /* (n_prompts) prompt text for echo, or NULL */
-    json_t *history;           /* Responses: the stored conversation continued, or NULL */
-    bool parse_tools;          /* the output is parsed for tool calls */
+    int rc;                           /* 0, or the error to answer */
+    struct err_msg msg;               /* the error's message */
+    struct i32vec *prompt_ids;        /* (n_prompts) tokenized prompts */
+    int n_prompts;                    /* entries of prompt_ids */
+    char **prompt_text;               /* (n_prompts) prompt text for echo, or NULL */
+    json_t *history;                  /* Responses: the stored conversation continued, or NULL */
+    bool parse_tools;                 /* the output is parsed for tool calls */
+    inferd_compiled_grammar *grammar; /* the request's grammar compiled, or NULL (owned) */
 };
 
 struct call {

@@ -833,17 +833,17 @@ TEST(compile_cache)
     struct grammar *a, *b, *d;
     struct err_msg m;
     const char *s1 = "root ::= \"a\"", *s2 = "root ::= \"b\"", *s3 = "root ::= \"c\"";
-    EXPECT_EQ_INT(grammar_cache_get(c, GRAMMAR_EBNF, s1, strlen(s1), &a, &m), 0);
-    EXPECT_EQ_INT(grammar_cache_get(c, GRAMMAR_EBNF, s1, strlen(s1), &b, &m), 0);
+    EXPECT_EQ_INT(grammar_cache_get(c, GRAMMAR_EBNF, s1, strlen(s1), NULL, &a, &m), 0);
+    EXPECT_EQ_INT(grammar_cache_get(c, GRAMMAR_EBNF, s1, strlen(s1), NULL, &b, &m), 0);
     EXPECT(a == b);
     grammar_unref(b);
     /* the same text as a regex is a different grammar */
-    EXPECT_EQ_INT(grammar_cache_get(c, GRAMMAR_REGEX, s1, strlen(s1), &b, &m), 0);
+    EXPECT_EQ_INT(grammar_cache_get(c, GRAMMAR_REGEX, s1, strlen(s1), NULL, &b, &m), 0);
     EXPECT(a != b);
     grammar_unref(b);
-    EXPECT_EQ_INT(grammar_cache_get(c, GRAMMAR_EBNF, s2, strlen(s2), &d, &m), 0);
+    EXPECT_EQ_INT(grammar_cache_get(c, GRAMMAR_EBNF, s2, strlen(s2), NULL, &d, &m), 0);
     grammar_unref(d);
-    EXPECT_EQ_INT(grammar_cache_get(c, GRAMMAR_EBNF, s3, strlen(s3), &d, &m), 0);
+    EXPECT_EQ_INT(grammar_cache_get(c, GRAMMAR_EBNF, s3, strlen(s3), NULL, &d, &m), 0);
     grammar_unref(d);
     /* a was evicted from the cache but is alive through our reference */
     struct grammar_matcher *mt = grammar_matcher_new(a, v);
@@ -854,7 +854,7 @@ TEST(compile_cache)
     grammar_cache_stats(c, &hits, &misses);
     EXPECT_EQ_INT(hits, 1);
     EXPECT_EQ_INT(misses, 4);
-    EXPECT(grammar_cache_get(c, GRAMMAR_EBNF, "bad", 3, &d, &m) == ERR_INVALID);
+    EXPECT(grammar_cache_get(c, GRAMMAR_EBNF, "bad", 3, NULL, &d, &m) == ERR_INVALID);
     grammar_cache_free(c);
     grammar_vocab_free(v);
 }

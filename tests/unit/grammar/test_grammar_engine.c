@@ -4,7 +4,12 @@
  * stay in the grammar and finish with STOP when it is complete, the reported
  * alternatives are tokens the mask allowed (logprobs of the masked
  * distribution), a bad grammar fails at submit with a message, and a request
- * with a grammar gives the same tokens alone and in a crowd.
+ * with a grammar gives the same tokens alone and in a crowd. Grammars
+ * compiled off the engine thread (inferd_grammar_compile, from two threads
+ * at once on a model whose grammar vocabulary does not exist yet) give the
+ * tokens a source compiled at submit gives; a grammar that runs past its
+ * mask budget while generating fails its own request, naming the
+ * construct, while the request next to it gives bitwise its output alone.
  */
 #include "engine_events.h"
 #include "test.h"
@@ -16,6 +21,7 @@
 #include "inferd/inferd.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
@@ -280,6 +286,170 @@ TEST(same_output_with_and_without_overlap_or_threads)
     EXPECT(n_ev[0] > 20);
     for (int mode = 1; mode < 3; mode++)
         expect_same_events(evs[0], n_ev[0], evs[mode], n_ev[mode]);
+}
+
+/* Submits a request with grammar g (kind NONE: unconstrained). */
+static int submit_g(inferd_engine *e, const struct inferd_grammar *g, uint64_t seed, int max_tokens,
+                    uint64_t *id, char *err)
+{
+    int32_t prompt[3] = {11, 22, 33};
+    struct inferd_request r = {.prompt = prompt, .n_prompt = 3, .max_tokens = max_tokens};
+    inferd_sampling_default(&r.sampling);
+    r.sampling.seed = seed;
+    r.sampling.logprobs = true;
+    r.sampling.n_logprobs = 5;
+    r.grammar = *g;
+    return inferd_submit(e, &r, id, err, 512);
+}
+
+static const char compile_src0[] =
+    "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":0,"
+    "\"maximum\":99},\"s\":{\"type\":\"string\",\"maxLength\":8}},\"required\":[\"n\",\"s\"]}";
+
+static const char *const compile_srcs[3] = {
+    compile_src0,
+    "{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\",\"blue\"]},\"maxItems\":4}",
+    "{\"type\":\"object\",\"not\":{\"enum\":[1]}}", /* refused */
+};
+
+struct compile_job {
+    inferd_model *m;                     /* the model both threads compile for */
+    int first;                           /* this thread's own source (the other is shared) */
+    inferd_compiled_grammar *out[20][2]; /* (rounds, 2) handles */
+    int rc[20][2];                       /* and their results */
+    char err[20][2][256];                /* and messages */
+};
+
+/* Compiles the shared source 0, its own source and the refused one, 20
+ * rounds, as a server's preparation thread would. */
+static void *compile_thread(void *arg)
+{
+    struct compile_job *j = arg;
+    for (int k = 0; k < 20; k++)
+        for (int i = 0; i < 2; i++) {
+            int which = i == 0 ? (k % 2 ? j->first : 0) : 2;
+            struct inferd_grammar g = {.kind = INFERD_GRAMMAR_JSON_SCHEMA,
+                                       .source = compile_srcs[which],
+                                       .len = strlen(compile_srcs[which])};
+            j->out[k][i] = NULL;
+            j->rc[k][i] = inferd_grammar_compile(j->m, &g, &j->out[k][i], j->err[k][i], 256);
+        }
+    return NULL;
+}
+
+TEST(compile_from_two_threads)
+{
+    setup();
+    /* a second model object: its grammar vocabulary is built by whichever
+     * thread comes first */
+    inferd_model *m2;
+    char err[512];
+    CHECK(inferd_model_load(path, &m2, err, sizeof(err)) == 0);
+    static struct compile_job jobs[2];
+    pthread_t th[2];
+    for (int t = 0; t < 2; t++) {
+        jobs[t].m = m2;
+        jobs[t].first = 1;
+        CHECK(pthread_create(&th[t], NULL, compile_thread, &jobs[t]) == 0);
+    }
+    for (int t = 0; t < 2; t++)
+        pthread_join(th[t], NULL);
+    for (int t = 0; t < 2; t++)
+        for (int k = 0; k < 20; k++) {
+            EXPECT_EQ_INT(jobs[t].rc[k][0], 0);
+            EXPECT_EQ_INT(jobs[t].rc[k][1], -10001); /* ERR_INVALID */
+            EXPECT(strstr(jobs[t].err[k][1], "#/not") != NULL);
+        }
+    /* handles from either thread, and the source compiled at submit, give
+     * the same tokens; a handle may be freed once submitted */
+    struct inferd_engine_config cfg;
+    inferd_engine_config_default(&cfg);
+    cfg.n_threads = 1;
+    cfg.max_ctx = 512;
+    inferd_engine *e;
+    CHECK(inferd_engine_new(m2, &cfg, &e, err, sizeof(err)) == 0);
+    struct run runs[3];
+    for (int i = 0; i < 3; i++) {
+        struct inferd_grammar g = {.kind = INFERD_GRAMMAR_JSON_SCHEMA};
+        if (i < 2)
+            g.compiled = jobs[i].out[0][0];
+        else
+            g.source = compile_srcs[0], g.len = strlen(compile_srcs[0]);
+        uint64_t id;
+        EXPECT_EQ_INT(submit_g(e, &g, 41, 200, &id, err), 0);
+        if (i < 2) {
+            inferd_compiled_grammar_free(jobs[i].out[0][0]);
+            jobs[i].out[0][0] = NULL;
+        }
+        drain(e, id, &runs[i]);
+    }
+    for (int i = 1; i < 3; i++) {
+        EXPECT_EQ_INT(runs[i].finish, INFERD_FINISH_STOP);
+        EXPECT_EQ_INT(runs[i].n, runs[0].n);
+        EXPECT(memcmp(runs[i].tokens, runs[0].tokens, sizeof(int32_t) * (size_t)runs[0].n) == 0);
+    }
+    check_run(GRAMMAR_JSON_SCHEMA, compile_srcs[0], &runs[0]);
+    inferd_engine_free(e);
+    /* a handle is tied to its model's vocabulary */
+    e = engine();
+    struct inferd_grammar g = {.compiled = jobs[0].out[1][0]};
+    uint64_t id;
+    EXPECT_EQ_INT(submit_g(e, &g, 1, 10, &id, err), -10001);
+    EXPECT(strstr(err, "compiled for another model") != NULL);
+    inferd_engine_free(e);
+    for (int t = 0; t < 2; t++)
+        for (int k = 0; k < 20; k++)
+            inferd_compiled_grammar_free(jobs[t].out[k][0]);
+    inferd_model_free(m2);
+}
+
+/* The digits take ten tokens (the tokenizer splits digits), past the
+ * compile-time probe; then 1,800 stacks at once, a mask table each. */
+TEST(grammar_budget_blowout_fails_alone)
+{
+    const struct inferd_grammar none = {0};
+    struct inferd_grammar_limits lim = {.mask_work = 1 << 20};
+    const struct inferd_grammar bad = {.kind = INFERD_GRAMMAR_REGEX,
+                                       .source = "0123456789((a?b?){30}){30}",
+                                       .len = strlen("0123456789((a?b?){30}){30}"),
+                                       .limits = &lim};
+    static struct inferd_event alone[64], both[128];
+    int n_alone = 0, n_both = 0;
+    char err[512];
+    for (int pass = 0; pass < 2; pass++) {
+        inferd_engine *e = engine();
+        uint64_t ids[2], id_bad = 0;
+        if (pass == 1) EXPECT_EQ_INT(submit_g(e, &bad, 3, 40, &id_bad, err), 0);
+        EXPECT_EQ_INT(submit_g(e, &none, 9, 24, &ids[pass], err), 0);
+        int finished = 0;
+        struct inferd_event fail = {0};
+        int n_bad_tokens = 0;
+        for (int guard = 0; guard < 1000 && finished < 1 + pass; guard++) {
+            inferd_engine_step(e);
+            struct inferd_event ev;
+            while (inferd_poll(e, &ev)) {
+                finished += ev.finish != INFERD_FINISH_NONE;
+                if (pass == 1 && ev.request == id_bad) {
+                    n_bad_tokens += ev.token >= 0;
+                    if (ev.finish != INFERD_FINISH_NONE) fail = ev;
+                    continue;
+                }
+                if (pass == 0 && n_alone < 64) alone[n_alone++] = ev;
+                if (pass == 1 && n_both < 128) both[n_both++] = ev;
+            }
+        }
+        EXPECT_EQ_INT(finished, 1 + pass);
+        if (pass == 1) {
+            EXPECT_EQ_INT(fail.finish, INFERD_FINISH_ERROR);
+            EXPECT_EQ_INT(fail.error, -10001); /* ERR_INVALID */
+            EXPECT(strstr(fail.message, "regex fragment '((a?b?){30}){30}' at offset 10") != NULL);
+            EXPECT(strstr(fail.message, "(mask_work") != NULL);
+            EXPECT_EQ_INT(n_bad_tokens, 10); /* the digits, then the mask that ran out */
+        }
+        inferd_engine_free(e);
+    }
+    EXPECT(n_alone > 10 && alone[n_alone - 1].finish != INFERD_FINISH_NONE);
+    expect_same_events(alone, n_alone, both, n_both);
 }
 
 TEST_MAIN()
