@@ -351,6 +351,62 @@ with Prober() as p:
 p.report("an 8 MiB prompt")
 check(st == 400 and b"context_length_exceeded" in body, f"8 MiB prompt refused: {st} {json_error(body)!r}")
 
+# ------------------------------------ pathological grammars next to streams
+def stream_gaps(n_tokens, out):
+    """One stream; appends its largest gap between token events (s)."""
+    s = connect(timeout=120)
+    s.sendall(post("/v1/completions", {"prompt": "go", "max_tokens": n_tokens, "stream": True,
+                                       "logit_bias": {"151645": -100}}))
+    buf, last, worst, done = b"", None, 0.0, False
+    s.settimeout(120)
+    while not done:
+        try:
+            c = s.recv(65536)
+        except OSError:
+            break
+        if not c:
+            break
+        now = time.time()
+        buf += c
+        while b"\n\n" in buf:
+            ev, buf = buf.split(b"\n\n", 1)
+            if b"[DONE]" in ev:
+                done = True
+            elif b'"text"' in ev:
+                if last is not None:
+                    worst = max(worst, now - last)
+                last = now
+    s.close()
+    out.append(worst)
+
+
+gaps = []
+streams = [threading.Thread(target=stream_gaps, args=(300, gaps)) for _ in range(4)]
+for t in streams:
+    t.start()
+time.sleep(0.5)
+hostile_grammars = [
+    ("(.*){200}x", {"regex": "(.*){200}x"}),
+    ("((a?b?){30}){30}", {"regex": "((a?b?){30}){30}"}),
+    ("a 20,000-rule GBNF chain",
+     {"grammar": "root ::= r0\n" + "".join("r%d ::= \"a\" r%d\n" % (i, i + 1)
+                                            for i in range(20000)) + "r20000 ::= \"b\"\n"}),
+]
+for name, extra in hostile_grammars:
+    body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 8}
+    body.update(extra)
+    t0 = time.time()
+    st, _, rbody, _ = exchange(post("/v1/chat/completions", body), timeout=60)
+    dt = time.time() - t0
+    msg = json_error(rbody)
+    check((st == 200) or (st == 400 and msg and ("fragment" in msg or "rule" in msg)),
+          f"grammar {name}: {st} in {dt:.2f} s {msg!r:.120}")
+for t in streams:
+    t.join()
+check(len(gaps) == 4 and max(gaps) < 2.0,
+      f"4 streams next to the grammars: largest gap between tokens {max(gaps) * 1000:.0f} ms "
+      f"(bound 2 s)")
+
 # ------------------------------------------------------- slow readers
 def metric(name):
     _, _, body, _ = exchange(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
