@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Hostile clients against `inferd serve` (hostile.py: smuggling, strict
-# HTTP, CORS, slowloris, slow bodies, connection caps, a huge prompt while
-# /health is timed, slow readers), then file-descriptor exhaustion: a server
+# HTTP, CORS, slowloris, slow bodies, connection caps, a huge prompt and
+# pathological grammars while /health is timed and streams run, slow
+# readers), the store's limit and retention, then file-descriptor exhaustion: a server
 # under a low `ulimit -n` flooded with connections pauses accepting instead
 # of spinning or flooding its log, and serves again once they close.
 source "$(dirname "$0")/../lib.sh"
@@ -11,9 +12,11 @@ rm -rf "$work"
 mkdir -p "$work"
 pid=
 pid2=
+pid3=
 cleanup() {
     [ -n "$pid" ] && kill "$pid" 2>/dev/null
     [ -n "$pid2" ] && kill "$pid2" 2>/dev/null
+    [ -n "$pid3" ] && kill "$pid3" 2>/dev/null
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -47,6 +50,37 @@ fi
 kill -TERM "$pid"
 wait "$pid" && ok "exit 0 after the attacks" || fail "exit status after the attacks"
 pid=
+
+# The store: an answer it cannot keep is an error, never a response the
+# client believes stored; stored responses expire after --store-ttl.
+"$INFERD_BIN" serve -m "$m" --port 0 --port-file "$work/port3" --data-dir "$work/data3" \
+    --threads 2 --ctx 1024 --store-max-bytes 2048 --store-ttl 2 >"$work/log3" 2>&1 &
+pid3=$!
+port3=$(wait_port "$work/port3")
+big=$(head -c 3000 /dev/zero | tr '\0' 'a')
+code=$(curl -s -o "$work/big.json" -w '%{http_code}' "http://127.0.0.1:$port3/v1/responses" \
+    -d "{\"input\":\"$big\",\"max_output_tokens\":2}")
+if [ "$code" = 413 ] && grep -q 'could not be stored' "$work/big.json"; then
+    ok "a response over --store-max-bytes is an error ($code), not a silent drop"
+else
+    cat "$work/big.json"; fail "store over its limit answered $code"
+fi
+curl -sN "http://127.0.0.1:$port3/v1/responses" \
+    -d "{\"input\":\"$big\",\"max_output_tokens\":2,\"stream\":true}" >"$work/big.sse"
+if grep -q '^event: error' "$work/big.sse" && ! grep -q 'response.completed' "$work/big.sse"; then
+    ok "a streamed response over --store-max-bytes ends with an error event, not response.completed"
+else
+    tail -c 400 "$work/big.sse"; fail "streamed store error"
+fi
+id=$(curl -s "http://127.0.0.1:$port3/v1/responses" -d '{"input":"hi","max_output_tokens":2}' |
+    /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+c1=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port3/v1/responses/$id")
+sleep 3
+c2=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port3/v1/responses/$id")
+[ "$c1" = 200 ] && [ "$c2" = 404 ] && ok "stored response served ($c1), expired after --store-ttl ($c2)" \
+    || fail "retention: $c1 then $c2"
+kill -TERM "$pid3"; wait "$pid3" && ok "store server exits 0" || fail "store server exit"
+pid3=
 
 # File descriptors run out: 64 allowed, 200 connections attempted.
 (
