@@ -111,6 +111,14 @@ int anthropic_decode(const char *body, size_t len, struct api_request *r, struct
 int anthropic_count_decode(const char *body, size_t len, struct api_request *r,
                            struct err_msg *msg);
 
+/* The decoded length in bytes of the longest string literal in a JSON text,
+ * found by one pass over the raw bytes without parsing (escapes counted as
+ * what they decode to; \uXXXX as its UTF-8 length, a surrogate half as 2).
+ * Malformed text gives a number the parser will not reach anyway. The
+ * server refuses a body holding text longer than the context could ever
+ * take before paying for its parse (prep.c). Pure; any thread. */
+size_t api_json_longest_string(const char *body, size_t len);
+
 /* Shared JSON helpers for the decoders (api_json.c). Each returns 0 or
  * ERR_INVALID with msg and param set; absent optional fields leave *out. */
 int api_parse_body(const char *body, size_t len, json_t **root, struct api_request *r,

@@ -50,6 +50,48 @@ void api_request_release(struct api_request *r)
     memset(r, 0, sizeof(*r));
 }
 
+size_t api_json_longest_string(const char *body, size_t len)
+{
+    size_t longest = 0;
+    const char *p = body, *end = body + len;
+    for (;;) {
+        p = memchr(p, '"', (size_t)(end - p));
+        if (!p) return longest;
+        p++;
+        size_t n = 0;
+        while (p < end && *p != '"') {
+            if (*p != '\\') {
+                /* a run of plain bytes at once */
+                const char *q = p;
+                while (q < end && *q != '"' && *q != '\\')
+                    q++;
+                n += (size_t)(q - p);
+                p = q;
+                continue;
+            }
+            if (p + 1 >= end) return MAX(longest, n);
+            if (p[1] != 'u') {
+                n += 1;
+                p += 2;
+                continue;
+            }
+            unsigned cp = 0;
+            for (int k = 2; k < 6 && p + k < end; k++) {
+                char c = p[k];
+                cp = cp * 16 + (unsigned)(c >= '0' && c <= '9'   ? c - '0'
+                                          : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                          : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                                                 : 0);
+            }
+            n += cp < 0x80 ? 1 : cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF) ? 2 : 3;
+            p += 6;
+        }
+        longest = MAX(longest, n);
+        if (p >= end) return longest;
+        p++; /* the closing quote */
+    }
+}
+
 int api_parse_body(const char *body, size_t len, json_t **root, struct api_request *r,
                    struct err_msg *msg)
 {

@@ -18,7 +18,10 @@
  * it first: NFC composes at most three bytes into one in the worst case
  * (a decomposed Hangul syllable, 9 bytes, becomes 3). Text longer than
  * 3 * max_token_bytes * max_ctx bytes therefore cannot fit the context
- * whatever it says, and is refused before the tokenizer sees it.
+ * whatever it says, and is refused before the tokenizer sees it - and a body
+ * holding a string that long before the JSON parser does (one pass over the
+ * raw bytes, api_json_longest_string: an 8 MiB prompt costs ~8 ms of a prep
+ * thread instead of ~80).
  *
  * Thread: a prep thread owns the call's `r` and `prep` while the job runs;
  * it reads the server's immutable parts (tokenizer, template, model name,
@@ -216,6 +219,17 @@ void prep_generation(struct server *s, struct call *c, const char *body, size_t 
 {
     struct err_msg *msg = &c->prep.msg;
     int rc;
+    c->r.kind = kind;
+    /* Every string of a body ends up in the prompt or in a field with a
+     * small limit of its own, so one longer than any prompt could be is
+     * refused before the parse, which would cost ~10 ns a byte. */
+    if (len > s->max_prompt_bytes) {
+        size_t longest = api_json_longest_string(body, len);
+        if (longest > s->max_prompt_bytes) {
+            c->prep.rc = text_too_long(s, c, longest, msg);
+            return;
+        }
+    }
     switch (kind) {
     case API_CHAT:
         rc = openai_chat_decode(body, len, &c->r, msg);

@@ -704,4 +704,26 @@ TEST(tokenize_bodies)
     api_tokenize_release(&t);
 }
 
+TEST(longest_string_counts_decoded_bytes)
+{
+    const char *b = "{\"a\":\"xyz\",\"b\":[\"\\n\\\"\\u00e9\\u4e2d\\ud83d\\ude00ok\"],\"c\":1}";
+    /* "\n\"" 2 bytes, e-acute 2, a CJK character 3, a surrogate pair 4, "ok" 2 */
+    EXPECT_EQ_INT(api_json_longest_string(b, strlen(b)), 13);
+    EXPECT_EQ_INT(api_json_longest_string("{}", 2), 0);
+    EXPECT_EQ_INT(api_json_longest_string("{\"k\":\"abc", 9), 3); /* cut short */
+    const char *keys = "{\"a-long-key-here\":\"v\"}";
+    EXPECT_EQ_INT(api_json_longest_string(keys, strlen(keys)), 15);
+    /* the parser agrees on a long string */
+    char big[4200];
+    int n = snprintf(big, sizeof(big), "{\"prompt\":\"");
+    for (int i = 0; i < 500; i++)
+        n += snprintf(big + n, sizeof(big) - (size_t)n, "\\u00e9");
+    n += snprintf(big + n, sizeof(big) - (size_t)n, "\"}");
+    json_t *v = json_loadb(big, (size_t)n, 0, NULL);
+    EXPECT(v != NULL);
+    EXPECT_EQ_INT(api_json_longest_string(big, (size_t)n),
+                  json_string_length(json_object_get(v, "prompt")));
+    json_decref(v);
+}
+
 TEST_MAIN()
