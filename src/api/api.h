@@ -61,6 +61,8 @@ struct api_prompt {
 struct api_request {
     enum api_kind kind;             /* which API decoded it */
     char model[128];                /* requested model name ("" = the served one) */
+    bool ignore_eos;                /* OpenAI endpoints' vLLM extension: generate past
+                                       end-of-generation tokens up to max_tokens */
     bool stream;                    /* answer with server-sent events */
     bool include_usage;             /* OpenAI stream_options.include_usage */
     int n;                          /* completions per prompt (1..API_MAX_N) */

@@ -64,6 +64,9 @@ static int decode_common(const json_t *root, struct api_request *r, struct err_m
     inferd_sampling_default(&r->sp);
     r->n = 1;
     if ((rc = api_get_bool(root, "stream", &r->stream, r, msg))) return rc;
+    /* vLLM's extension, which benchmark clients send so that an answer has
+     * the length they asked for */
+    if ((rc = api_get_bool(root, "ignore_eos", &r->ignore_eos, r, msg))) return rc;
     const json_t *so = json_object_get(root, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) return api_fail(r, msg, "stream_options", "expected an object");

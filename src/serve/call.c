@@ -139,7 +139,7 @@ static void cancel_all(struct call *c)
 }
 
 /* Counts and logs a call whose answer is complete (or whose client left). */
-static void account(struct call *c, int err_code)
+static void account(struct call *c, int err_code, const char *err_text)
 {
     struct server *s = c->srv;
     const struct api_out *o = &c->pipe.out;
@@ -162,9 +162,14 @@ static void account(struct call *c, int err_code)
     }
     s->metrics.generated_tokens += (uint64_t)n_gen;
     metrics_request(&s->metrics, c->endpoint, status);
+    /* every failed answer says why, also a stream that ended in an error event */
+    char note[400] = "";
+    if (c->gone)
+        snprintf(note, sizeof(note), " error=\"the client went away\"");
+    else if (err_code)
+        snprintf(note, sizeof(note), " error=\"%.360s\"", err_text ? err_text : err_str(err_code));
     serve_log_line(c->method, c->request_id, c->t_start_ns, c->endpoint, status,
-                   c->pipe_on ? o->n_prompt_tokens : 0, n_gen,
-                   c->gone ? " error=\"the client went away\"" : "");
+                   c->pipe_on ? o->n_prompt_tokens : 0, n_gen, note);
 }
 
 /* Ends the HTTP exchange of a call whose client is gone. */
@@ -176,7 +181,7 @@ static void drop(struct call *c)
         http_stream_end(c->req);
     else
         http_respond(c->req, 499, "application/json", "", 0);
-    account(c, ERR_CANCELLED);
+    account(c, ERR_CANCELLED, NULL);
 }
 
 static void on_gone(struct http_request *req, void *arg)
@@ -255,7 +260,7 @@ static void store_done(struct jobq_job *j)
     } else {
         send_answer(c);
     }
-    account(c, c->store_rc);
+    account(c, c->store_rc, c->store_rc ? c->store_msg.text : NULL);
     maybe_free(c);
 }
 
@@ -294,7 +299,7 @@ static void finish(struct call *c, int err_code, const char *err_text)
     } else {
         send_answer(c);
     }
-    account(c, err_code);
+    account(c, err_code, err_text);
 }
 
 static void on_message(struct server *s, struct call *c, int i, const struct runner_msg *m)
@@ -408,6 +413,7 @@ static void start_generation(struct server *s, struct call *c)
         q.n_prompt = (int)ids->n;
         q.max_tokens = r->max_tokens ? r->max_tokens : s->max_ctx - (int)ids->n;
         q.priority = r->priority;
+        q.ignore_eos = r->ignore_eos;
         q.sampling = r->sp;
         q.sampling.seed = seed + (uint64_t)(i % r->n);
         q.sampling.logprobs = r->logprobs;

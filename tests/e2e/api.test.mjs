@@ -132,6 +132,19 @@ test('stop strings: text ends right before the first occurrence, streamed or not
     assert.equal(m.stop_sequence, stop);
 });
 
+test('ignore_eos: generation goes past end-of-generation tokens up to max_tokens', async () => {
+    // A +100 bias on <|im_end|> makes it every token; only ignore_eos keeps going.
+    const bias = { 151645: 100 };
+    const stop = await openai.completions.create({ model: MODEL, prompt: 'x', max_tokens: 12, logit_bias: bias });
+    assert.equal(stop.usage.completion_tokens, 1);
+    assert.equal(stop.choices[0].finish_reason, 'stop');
+    const go = await openai.completions.create({ model: MODEL, prompt: 'x', max_tokens: 12, logit_bias: bias, ignore_eos: true });
+    assert.equal(go.usage.completion_tokens, 12);
+    assert.equal(go.choices[0].finish_reason, 'length');
+    await assert.rejects(openai.completions.create({ model: MODEL, prompt: 'x', max_tokens: 2, ignore_eos: 'yes' }),
+        (e) => e.status === 400 && e.param === 'ignore_eos');
+});
+
 test('completions: text, token ids, arrays of prompts, logprobs, stream, echo', async () => {
     const a = await openai.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 6, logprobs: 2 });
     assert.equal(a.object, 'text_completion');

@@ -32,7 +32,11 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 $2
 PY
-    then ok "$1"; else fail "$1"; fi
+    then ok "$1"; else
+        fail "$1"
+        grep '"ok":false' "$(dirname "$3")/records.jsonl" | head -3
+        tail -12 "$work/serve.log"
+    fi
 }
 
 # 1. shared prefixes, one request at a time: 2 groups x 3 users, a 64-token
