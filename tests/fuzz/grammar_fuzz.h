@@ -8,6 +8,7 @@
 #ifndef INFERD_TESTS_GRAMMAR_FUZZ_H
 #define INFERD_TESTS_GRAMMAR_FUZZ_H
 
+#include "../grammar_test_vocab.h"
 #include "grammar/grammar.h"
 
 #include <stdint.h>
@@ -20,29 +21,9 @@ static struct grammar_vocab *fuzz_vocab(void)
 {
     static struct grammar_vocab *v;
     if (v) return v;
-    static char bytes[256];
-    const char *tok[300];
-    uint32_t len[300];
-    uint8_t cls[300];
-    int n = 0;
-    for (int c = 0; c < 256; c++) {
-        bytes[c] = (char)c;
-        tok[n] = bytes + c;
-        len[n] = 1;
-        cls[n++] = GRAMMAR_TOKEN_NORMAL;
-    }
     static const char *pieces[] = {"{\"",      "\":",    "\",", "true", "null", "12", "ab",
                                    "\xe4\xb8", "\xad\"", "  ",  "\n",   "[1",   "},"};
-    for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
-        tok[n] = pieces[i];
-        len[n] = (uint32_t)strlen(pieces[i]);
-        cls[n++] = GRAMMAR_TOKEN_NORMAL;
-    }
-    tok[n] = "</s>";
-    len[n] = 4;
-    cls[n++] = GRAMMAR_TOKEN_CONTROL;
-    int32_t eos = n - 1;
-    v = grammar_vocab_new(n, tok, len, cls, &eos, 1);
+    v = grammar_test_vocab(0, pieces, (int)(sizeof(pieces) / sizeof(pieces[0])));
     return v;
 }
 

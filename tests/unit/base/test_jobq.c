@@ -46,6 +46,30 @@ static void drain(struct jobq *q, int *n_done, int want)
     }
 }
 
+/* Pushes n jobs recording into order / n_done; job i sleeps sleep_us(i). */
+static void push_jobs(struct jobq *q, struct tjob *jobs, int n, int *order, int *n_done,
+                      int (*sleep_us)(int i))
+{
+    for (int i = 0; i < n; i++) {
+        jobs[i] = (struct tjob){.job = {.run = tjob_run, .done = tjob_done},
+                                .index = i,
+                                .done_order = order,
+                                .n_done = n_done,
+                                .sleep_us = sleep_us ? sleep_us(i) : 0};
+        jobq_push(q, &jobs[i].job);
+    }
+}
+
+static int every_seventh_sleeps(int i)
+{
+    return i % 7 == 0 ? 200 : 0;
+}
+
+static int all_sleep(int i)
+{
+    return 20000;
+}
+
 TEST(every_job_runs_once_off_thread)
 {
     enum { N = 300 };
@@ -56,13 +80,7 @@ TEST(every_job_runs_once_off_thread)
     struct err_msg msg = {{0}};
     EXPECT_EQ_INT(jobq_start(&q, 3, 5, &msg), 0);
     atomic_store(&n_ran, 0);
-    for (int i = 0; i < N; i++) {
-        jobs[i] = (struct tjob){.job = {.run = tjob_run, .done = tjob_done},
-                                .index = i,
-                                .done_order = order,
-                                .n_done = &n_done};
-        jobq_push(&q, &jobs[i].job);
-    }
+    push_jobs(&q, jobs, N, order, &n_done, NULL);
     drain(&q, &n_done, N);
     EXPECT_EQ_INT(n_done, N);
     EXPECT_EQ_INT(atomic_load(&n_ran), N);
@@ -87,14 +105,7 @@ TEST(one_worker_keeps_order)
     int n_done = 0;
     struct jobq q;
     EXPECT_EQ_INT(jobq_start(&q, 1, 0, NULL), 0);
-    for (int i = 0; i < N; i++) {
-        jobs[i] = (struct tjob){.job = {.run = tjob_run, .done = tjob_done},
-                                .index = i,
-                                .done_order = order,
-                                .n_done = &n_done,
-                                .sleep_us = i % 7 == 0 ? 200 : 0};
-        jobq_push(&q, &jobs[i].job);
-    }
+    push_jobs(&q, jobs, N, order, &n_done, every_seventh_sleeps);
     drain(&q, &n_done, N);
     EXPECT_EQ_INT(n_done, N);
     for (int i = 0; i < N; i++)
@@ -110,14 +121,7 @@ TEST(stop_cancels_jobs_never_started)
     int n_done = 0;
     struct jobq q;
     EXPECT_EQ_INT(jobq_start(&q, 1, 0, NULL), 0);
-    for (int i = 0; i < N; i++) {
-        jobs[i] = (struct tjob){.job = {.run = tjob_run, .done = tjob_done},
-                                .index = i,
-                                .done_order = order,
-                                .n_done = &n_done,
-                                .sleep_us = 20000};
-        jobq_push(&q, &jobs[i].job);
-    }
+    push_jobs(&q, jobs, N, order, &n_done, all_sleep);
     usleep(5000); /* the worker is inside job 0 */
     jobq_stop(&q);
     EXPECT_EQ_INT(n_done, N);

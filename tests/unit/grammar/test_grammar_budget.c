@@ -11,6 +11,7 @@
  * rule and a JSON Schema pattern), a 20,000-rule GBNF chain, deep and wide
  * JSON Schemas, huge repetition counts, and the compile bounds.
  */
+#include "../../grammar_test_vocab.h"
 #include "test.h"
 
 #include "base/check.h"
@@ -27,34 +28,14 @@ static void free_vocab(void)
     grammar_vocab_free(the_vocab);
 }
 
-/* Every byte as a token, a few longer pieces, and one end token. */
+/* Every byte but NUL as a token, a few longer pieces, and one end token. */
 static struct grammar_vocab *vocab(void)
 {
     if (the_vocab) return the_vocab;
-    static char bytes[256];
     static const char *pieces[] = {"aa",   "aaaa", "ab",     "ba", "bb",   "abab", "xa",  "{\"",
                                    "\":",  "\",",  "\": \"", "}",  "code", "p1",   "p12", "\"p",
                                    "true", "null", "12",     "  ", "\n",   "[1",   "],",  "value-"};
-    const char *tok[300];
-    uint32_t len[300];
-    uint8_t cls[300];
-    int n = 0;
-    for (int c = 1; c < 256; c++) {
-        bytes[c] = (char)c;
-        tok[n] = bytes + c;
-        len[n] = 1;
-        cls[n++] = GRAMMAR_TOKEN_NORMAL;
-    }
-    for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
-        tok[n] = pieces[i];
-        len[n] = (uint32_t)strlen(pieces[i]);
-        cls[n++] = GRAMMAR_TOKEN_NORMAL;
-    }
-    tok[n] = "</s>";
-    len[n] = 4;
-    cls[n++] = GRAMMAR_TOKEN_CONTROL;
-    int32_t eos = n - 1;
-    the_vocab = grammar_vocab_new(n, tok, len, cls, &eos, 1);
+    the_vocab = grammar_test_vocab(1, pieces, (int)(sizeof(pieces) / sizeof(pieces[0])));
     atexit(free_vocab);
     return the_vocab;
 }
