@@ -2,6 +2,7 @@
  * main.c - the inferd binary: dispatches to subcommands (cmd.h).
  */
 #include "cmd/cmd.h"
+#include "kernels/kernels.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -32,6 +33,12 @@ int main(int argc, char **argv)
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
+    }
+    /* a level asked for and not there: say so rather than run (and measure) another */
+    const char *isa_error = kern_isa_env_error();
+    if (isa_error) {
+        fprintf(stderr, "inferd: %s\n", isa_error);
+        return 2;
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);

@@ -5,10 +5,12 @@
  *   kern_init --CPUID--> highest level --INFERD_ISA (may only lower it)--> cur
  *   kern_matmul(...) -> cur->matmul(...)
  *
- * Levels: scalar (kernels_ref.c), avx2 (needs AVX2 + FMA + F16C), avx512
- * (needs AVX-512 F/BW/VL/DQ + VNNI + BF16). A CPU with AVX-512 F but without
- * VNNI or BF16 runs the avx2 level. __builtin_cpu_supports also checks that
- * the OS saves the wide register state (XGETBV), so a level we pick runs.
+ * Levels: scalar (kernels_ref.c), avx2 (needs AVX2 + FMA + F16C), avxvnni
+ * (avx2 + AVX-VNNI; the avx2 table with the int8 kernels that gain from
+ * 256-bit vpdpbusd replaced, kernels_avxvnni.c), avx512 (needs AVX-512
+ * F/BW/VL/DQ + VNNI + BF16). A CPU with AVX-512 F but without VNNI or BF16
+ * runs avxvnni or avx2. __builtin_cpu_supports also checks that the OS saves
+ * the wide register state (XGETBV), so a level we pick runs.
  *
  * Thread safety: kern_init runs once (pthread_once); the current table is an
  * atomic pointer, so kern_set_isa from a test is seen by later calls. Entry
@@ -23,6 +25,7 @@
 #include "kernels/quants.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <cpuid.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -30,17 +33,43 @@
 #include <string.h>
 #include <strings.h>
 
-static const char *const isa_names[KERN_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+static const char *const isa_names[KERN_ISA_COUNT] = {"scalar", "avx2", "avxvnni", "avx512"};
+
+static struct kern__ops ops_avxvnni; /* built by detect() */
 
 static const struct kern__ops *const isa_ops[KERN_ISA_COUNT] = {
     &kern__ops_scalar,
     &kern__ops_avx2,
+    &ops_avxvnni,
     &kern__ops_avx512,
 };
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static enum kern_isa isa_max = KERN_ISA_SCALAR; /* set once by detect() */
 static int isa_cur = -1;                        /* atomic; -1 before init */
+static char env_error[160];                     /* set once by detect(), or empty */
+
+/* The avx2 table with the delta's set members in their place. */
+static void build_avxvnni(void)
+{
+    const struct kern__ops *d = &kern__ops_avxvnni_delta;
+    struct kern__ops o = kern__ops_avx2;
+#define OVERRIDE(f)                                                                                \
+    if (d->f) o.f = d->f
+    OVERRIDE(matmul);
+    OVERRIDE(matmul_packed);
+    OVERRIDE(kv_dot);
+    OVERRIDE(kv_accum);
+    OVERRIDE(kv_dot_heads);
+    OVERRIDE(kv_accum_heads);
+    OVERRIDE(attend_heads);
+    OVERRIDE(kv_store);
+    OVERRIDE(dot_f32);
+    OVERRIDE(sum_sq_f32);
+    OVERRIDE(packed);
+#undef OVERRIDE
+    ops_avxvnni = o;
+}
 
 static enum kern_isa cpu_level(void)
 {
@@ -55,27 +84,53 @@ static enum kern_isa cpu_level(void)
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16"))
         return KERN_ISA_AVX512;
+    /* AVX-VNNI: CPUID leaf 7, sub-leaf 1, EAX bit 4 (VEX-encoded vpdpbusd) */
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4))) return KERN_ISA_AVXVNNI;
     return KERN_ISA_AVX2;
+}
+
+int kern_isa_parse(const char *name)
+{
+    for (int i = 0; i < KERN_ISA_COUNT; i++)
+        if (name && strcasecmp(name, isa_names[i]) == 0) return i;
+    return -1;
+}
+
+/* "scalar, avx2, ..." up to and including max */
+static void level_list(enum kern_isa max, char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i <= (int)max && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", isa_names[i]);
 }
 
 static void detect(void)
 {
+    build_avxvnni();
     isa_max = cpu_level();
     enum kern_isa pick = isa_max;
     const char *env = getenv("INFERD_ISA");
     if (env && *env) {
-        int want = -1;
-        for (int i = 0; i < KERN_ISA_COUNT; i++)
-            if (strcasecmp(env, isa_names[i]) == 0) want = i;
+        int want = kern_isa_parse(env);
+        char have[64];
+        level_list(isa_max, have, sizeof(have));
         if (want < 0)
-            log_warn("INFERD_ISA='%s' is not one of scalar, avx2, avx512: using %s", env,
-                     isa_names[isa_max]);
+            snprintf(env_error, sizeof(env_error),
+                     "INFERD_ISA='%.32s' names no level (scalar, avx2, avxvnni, avx512)", env);
         else if (want > (int)isa_max)
-            log_warn("INFERD_ISA='%s': this CPU supports at most %s", env, isa_names[isa_max]);
+            snprintf(env_error, sizeof(env_error),
+                     "INFERD_ISA='%.32s': this CPU supports %s only", env, have);
         else
             pick = (enum kern_isa)want;
     }
     __atomic_store_n(&isa_cur, (int)pick, __ATOMIC_RELEASE);
+}
+
+const char *kern_isa_env_error(void)
+{
+    kern_init();
+    return env_error[0] ? env_error : NULL;
 }
 
 void kern_init(void)
@@ -131,8 +186,8 @@ void kern_matmul(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0
 size_t kern_pack_size(enum dtype wt, int rows, int k)
 {
     CHECK(rows >= 0 && k > 0);
-    if (wt != DTYPE_Q8_0 || k % QK8_0 || kern_isa() != KERN_ISA_AVX512) return 0;
-    return (size_t)((rows + Q8X16_ROWS - 1) / Q8X16_ROWS) * q8x16_panel_bytes(k / QK8_0);
+    if ((unsigned)wt >= 64 || !(ops()->packed & KERN__BIT(wt))) return 0;
+    return kern_packed_bytes(wt, rows, k);
 }
 
 void kern_matmul_packed(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
@@ -140,7 +195,7 @@ void kern_matmul_packed(enum dtype wt, const void *P, int rows, int k, int r0, i
                         int n_tok, float *y, int ldy)
 {
     kern__matmul_check(wt, k, r0, r1, n_tok);
-    CHECK(wt == DTYPE_Q8_0 && r1 <= rows && r0 % Q8X16_ROWS == 0);
+    CHECK(kern_packed_bytes(wt, rows, k) > 0 && r1 <= rows && r0 % Q8X16_ROWS == 0);
     if (r0 == r1 || n_tok == 0) return;
     ops()->matmul_packed(wt, P, rows, k, r0, r1, xq, x_row_bytes, xs, xs_row_bytes, n_tok, y, ldy);
 }

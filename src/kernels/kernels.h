@@ -3,7 +3,8 @@
  * few vector ops attention needs. One scalar reference implementation
  * (kernels_ref.c) defines every result; AVX2 and AVX-512 files override the
  * hot ones, chosen once at start-up from CPUID (kern_init). INFERD_ISA=scalar|
- * avx2|avx512 in the environment forces a level (never above what the CPU has).
+ * avx2|avxvnni|avx512 in the environment forces a level; naming one the CPU
+ * lacks is an error the program reports at start-up (kern_isa_env_error).
  *
  * Block layouts are bit-compatible with GGUF (see quants.h).
  *
@@ -33,7 +34,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum kern_isa { KERN_ISA_SCALAR, KERN_ISA_AVX2, KERN_ISA_AVX512, KERN_ISA_COUNT };
+/* Levels in increasing order: each needs what the one below needs.
+ *   avx2     AVX2 + FMA + F16C (Haswell and later, AMD Zen 1-3)
+ *   avxvnni  avx2 + AVX-VNNI: 256-bit vpdpbusd (Alder Lake and later parts
+ *            without AVX-512, Zen 5 ...)
+ *   avx512   AVX-512 F/BW/VL/DQ + VNNI + BF16 (Sapphire Rapids, Zen 4/5) */
+enum kern_isa { KERN_ISA_SCALAR, KERN_ISA_AVX2, KERN_ISA_AVXVNNI, KERN_ISA_AVX512, KERN_ISA_COUNT };
 
 /* Detects the CPU and selects the level; idempotent, thread safe after the
  * first call returns (call it at start-up). */
@@ -44,6 +50,13 @@ const char *kern_isa_name(enum kern_isa isa);
 enum kern_isa kern_isa_max(void);
 /* Forces a level (tests, benchmarks); returns 0 or -ENOTSUP if the CPU lacks it. */
 int kern_set_isa(enum kern_isa isa);
+/* NULL, or why INFERD_ISA could not be honoured ("INFERD_ISA='avx512': this
+ * CPU supports scalar, avx2"): the level then stays the CPU's highest, and a
+ * program should report the message and stop rather than measure or serve
+ * on a level nobody asked for. */
+const char *kern_isa_env_error(void);
+/* Parses a level name (case-insensitive); -1 if it names none. */
+int kern_isa_parse(const char *name);
 
 /* ---- scalar conversions (exact IEEE; SIMD conversions give the same bits) ---- */
 float kern_f16_to_f32(uint16_t h);
@@ -73,20 +86,33 @@ void kern_matmul(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0
 /* ---- packed weights (built once, at model load) ----
  * A layout of the same weights in which a matmul streams one contiguous
  * range per 16-row panel, with no per-call repacking (quants.h describes
- * it). Results are bitwise those of kern_matmul on the GGUF rows, at every
- * ISA level (the arithmetic is the same; only where the bytes sit changes).
+ * each: q8_0, q4_0, q4_K, q6_K). Results are bitwise those of kern_matmul on
+ * the GGUF rows, at every ISA level (the arithmetic is the same; only where
+ * the bytes sit changes). The layouts do not depend on the level: a matrix
+ * packed at one level runs at any other, through the scalar reference where
+ * a level has no packed kernel for the type (correct, not fast).
  * kern_pack_size is 0 where the current level has no packed kernel for the
- * type (today only q8_0 at the AVX-512 level has one): callers then keep the
- * GGUF rows. */
+ * type: callers then keep the GGUF rows. */
 size_t kern_pack_size(enum dtype wt, int rows, int k);
+/* Bytes of the packed layout of a (rows, k) matrix of type wt whatever the
+ * level; 0 if the type has no packed layout (or k is not a whole number of
+ * its blocks). */
+size_t kern_packed_bytes(enum dtype wt, int rows, int k);
 /* Packs rows [r0, r1) of W (r0 a multiple of 16; r1 <= rows, a multiple of
- * 16 or rows) into P, which holds kern_pack_size(wt, rows, k) bytes and is
- * 64-byte aligned. Disjoint row ranges may be packed by different threads. */
+ * 16 or rows) into P, which holds kern_packed_bytes(wt, rows, k) bytes and
+ * is 64-byte aligned. Disjoint row ranges may be packed by different threads. */
 void kern_pack(enum dtype wt, const void *W, size_t w_row_bytes, int k, int rows, int r0, int r1,
                void *P);
+/* The inverse: rows [r0, r1) of the packed P back as GGUF rows (row r at
+ * (char *)W + (r - r0) * w_row_bytes), byte for byte what was packed. */
+void kern_unpack(enum dtype wt, const void *P, int rows, int k, int r0, int r1, void *W,
+                 size_t w_row_bytes);
 /* Side data a packed matmul reads next to each activation row, computed once
- * per row (not once per matmul call): for q8_0 activations, per 32-block the
- * f32 scale and -128 * the sum of the quants (struct kern_q8_side). */
+ * per row (not once per matmul call): for q8_0 activations (q8_0 and q4_0
+ * weights), per 32-block the f32 scale and -128 * the sum of the quants
+ * (struct kern_q8_side; q4_0 kernels use bias / 16 = -8 * the sum, exact).
+ * q8_K activations (the K-quants) carry their sums in the block already and
+ * need none: kern_act_side_bytes is 0 for them. */
 struct kern_q8_side {
     float d;      /* the block's scale as f32 */
     int32_t bias; /* -128 * sum of its quants */
@@ -95,10 +121,11 @@ size_t kern_act_side_bytes(enum dtype wt, int k);
 void kern_act_side(enum dtype wt, const void *xq, int k, void *side);
 /* kern_matmul over packed weights of a (rows, k) matrix; r0 must be a
  * multiple of 16. Activation row t's side data (kern_act_side) is at
- * (const char *)xs + t * xs_row_bytes. Same contract and same bits as
- * kern_matmul. Up to KERN_PACKED_ONE_PASS tokens, a call reads each weight
- * byte once (one pass for all the tokens), so it costs about what one token
- * costs while memory bound; row ranges of a multiple of 32 rows suit it best. */
+ * (const char *)xs + t * xs_row_bytes (xs may be NULL where the side data
+ * has no bytes). Same contract and same bits as kern_matmul. Up to
+ * KERN_PACKED_ONE_PASS tokens, a call reads each weight byte once (one pass
+ * for all the tokens), so it costs about what one token costs while memory
+ * bound; row ranges of a multiple of 32 rows suit it best. */
 #define KERN_PACKED_ONE_PASS 16
 void kern_matmul_packed(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
                         const void *xq, size_t x_row_bytes, const void *xs, size_t xs_row_bytes,

@@ -1473,7 +1473,10 @@ static void matmul_packed_avx512(enum dtype wt, const void *P, int rows, int k, 
                                  const void *xq, size_t xrb, const void *xs, size_t xsrb, int n_tok,
                                  float *y, int ldy)
 {
-    (void)wt;
+    if (wt != DTYPE_Q8_0) { /* a layout this level has no kernel for */
+        kern__matmul_packed_ref(wt, P, rows, k, r0, r1, xq, xrb, xs, xsrb, n_tok, y, ldy);
+        return;
+    }
     const int nb = k / QK8_0;
     const size_t pb = q8x16_panel_bytes(nb);
     const struct pkq a = {P,
@@ -2283,6 +2286,7 @@ static float sum_sq_f32_avx512(const float *x, int n)
 const struct kern__ops kern__ops_avx512 = {
     .matmul = matmul_avx512,
     .matmul_packed = matmul_packed_avx512,
+    .packed = KERN__BIT(DTYPE_Q8_0),
     .kv_dot = kv_dot_avx512,
     .kv_accum = kv_accum_avx512,
     .kv_dot_heads = kv_dot_heads_avx512,

@@ -72,11 +72,21 @@ struct kern__ops {
     void (*kv_store)(enum dtype kv, const float *x, void *y, int n); /* kern_kv_store */
     float (*dot_f32)(const float *a, const float *b, int n);         /* kern_dot_f32 */
     float (*sum_sq_f32)(const float *x, int n);                      /* kern_sum_sq_f32 */
+    /* weight types whose packed matmul this level runs fast, KERN__BIT(t)
+     * each: kern_pack_size is nonzero for these only (matmul_packed takes
+     * every packed layout, the others through kern__matmul_packed_ref) */
+    uint64_t packed;
 };
+
+#define KERN__BIT(t) (UINT64_C(1) << (t))
 
 extern const struct kern__ops kern__ops_scalar;
 extern const struct kern__ops kern__ops_avx2;
 extern const struct kern__ops kern__ops_avx512;
+/* The avxvnni level is the avx2 level with these members replaced (those
+ * that are set: non-NULL pointers, a nonzero packed mask); dispatch.c
+ * builds its table at start-up. */
+extern const struct kern__ops kern__ops_avxvnni_delta;
 
 /* Thread-local scratch, one buffer per slot, 64-byte aligned, grown (never
  * shrunk) on demand: after warm-up the hot path allocates nothing. Contents

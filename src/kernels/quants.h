@@ -70,23 +70,70 @@ _Static_assert(sizeof(struct block_q4_K) == 144, "q4_K block size");
 _Static_assert(sizeof(struct block_q6_K) == 210, "q6_K block size");
 _Static_assert(sizeof(struct block_q8_K) == 292, "q8_K block size");
 
-/* PACKED q8_0 ("q8_0x16", kern_pack): the rows in panels of 16, built once
+/* PACKED LAYOUTS ("x16", kern_pack): the rows in panels of 16, built once
  * at load so that a matmul streams one contiguous range per panel and finds
- * every operand where a 16-lane vector wants it. Rows are padded to a
- * multiple of 16 with zero rows. With nb = k / 32 blocks per row, panel p
- * (rows 16p .. 16p + 15) starts at p * q8x16_panel_bytes(nb) and holds
+ * every operand where a vector of 16 (or twice 8) row lanes wants it. Rows
+ * are padded to a multiple of 16 with zero rows. The same bytes per row as
+ * GGUF (plus padding to 64-byte boundaries), the same numbers: only the
+ * order changes, and one layout serves every ISA level. "Dword g of row l"
+ * below means bytes 4g .. 4g + 3 of that row's field; a group of 16 such
+ * dwords (64 bytes, rows 0..15 in order) is one zmm, or two ymm of 8 rows.
  *
- *   quants  at b * 512 + (16 g + l) * 4, g < 8, l < 16: bytes qs[4g .. 4g + 3]
- *           of block b of row 16p + l, each stored as qs + 128 (unsigned)
- *   scales  at nb * 512 + (16 b + l) * 2: the f16 d of block b of row 16p + l
+ * q8_0x16, nb = k / 32 blocks per row; panel p (rows 16p .. 16p + 15) at
+ * p * q8x16_panel_bytes(nb):
+ *   quants  at b * 512 + (16 g + l) * 4, g < 8: dword g of block b's qs of
+ *           row l, each byte stored as qs + 128 (unsigned, for vpdpbusd)
+ *   scales  at nb * 512 + (16 b + l) * 2: the f16 d of block b of row l
  *
- * (the scale area is padded to 64 bytes). Same bytes per row as GGUF, and
- * the same numbers: only the order changes. */
-#define Q8X16_ROWS 16 /* rows per q8_0x16 panel */
+ * q4_0x16, nb = k / 32; panel at p * q4x16_panel_bytes(nb):
+ *   quants  at b * 256 + (16 g + l) * 4, g < 4: dword g of block b's qs of
+ *           row l, unchanged (low nibble of byte i: element i; high: 16 + i)
+ *   scales  at nb * 256 + (16 b + l) * 2: the f16 d of block b of row l
+ *
+ * q4_Kx16, nb = k / 256 super-blocks; panel at p * q4kx16_panel_bytes(nb);
+ * super-block b's bytes at b * 2240:
+ *   quants  at (16 g + l) * 4, g < 32: dword g of qs of row l, unchanged
+ *           (so group g holds elements 64c + 4i + j in its low nibbles and
+ *           64c + 32 + 4i + j in its high ones, c = g / 8, i = g % 8, j < 4)
+ *   scales  at 2048 + (16 s + l) * 4, s < 3: dword s of scales[12] of row l
+ *   and at nb * 2240 + 64 b + 2 l the f16 d of row l, at + 32 its f16 dmin.
+ *
+ * q6_Kx16, nb = k / 256; panel at p * q6kx16_panel_bytes(nb); super-block
+ * b's bytes at b * 3328:
+ *   ql      at (16 g + l) * 4, g < 32: dword g of ql of row l
+ *   qh      at 2048 + (16 g + l) * 4, g < 16: dword g of qh of row l
+ *   scales  at 3072 + 16 j + l, j < 16: scales[j] of row l (int8)
+ *   and at nb * 3328 + 32 b + 2 l the f16 d of row l.
+ *
+ * (Each trailing scale area is padded to 64 bytes.) */
+#define Q8X16_ROWS 16 /* rows per x16 panel (every packed layout) */
+
+static inline size_t quants__pad64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
 
 static inline size_t q8x16_panel_bytes(int nb)
 {
-    return (size_t)nb * 512 + (((size_t)nb * 32 + 63) & ~(size_t)63);
+    return (size_t)nb * 512 + quants__pad64((size_t)nb * 32);
+}
+
+static inline size_t q4x16_panel_bytes(int nb)
+{
+    return (size_t)nb * 256 + quants__pad64((size_t)nb * 32);
+}
+
+#define Q4KX16_SB 2240 /* bytes of one q4_Kx16 super-block before the d/dmin area */
+#define Q6KX16_SB 3328 /* bytes of one q6_Kx16 super-block before the d area */
+
+static inline size_t q4kx16_panel_bytes(int nb)
+{
+    return (size_t)nb * (Q4KX16_SB + 64);
+}
+
+static inline size_t q6kx16_panel_bytes(int nb)
+{
+    return (size_t)nb * Q6KX16_SB + quants__pad64((size_t)nb * 32);
 }
 
 /* Scale and min of sub-block j (0..7) of a q4_K block: the first four sit in

@@ -72,6 +72,7 @@ static const struct {
 } ops[KERN_ISA_COUNT] = {
     [KERN_ISA_SCALAR] = {kern__silu_mul_ref, kern__softmax_exp_ref},
     [KERN_ISA_AVX2] = {kern__silu_mul_avx2, kern__softmax_exp_avx2},
+    [KERN_ISA_AVXVNNI] = {kern__silu_mul_avx2, kern__softmax_exp_avx2},
     [KERN_ISA_AVX512] = {kern__silu_mul_avx512, kern__softmax_exp_avx512},
 };
 

@@ -396,7 +396,7 @@ __attribute__((constructor)) static void isa_child(void)
 {
     if (!getenv("KERN_TEST_ISA_CHILD")) return;
     kern_init();
-    printf("%s\n", kern_isa_name(kern_isa()));
+    printf("%s%s\n", kern_isa_name(kern_isa()), kern_isa_env_error() ? " error" : "");
     fflush(stdout);
     _Exit(0);
 }
@@ -428,10 +428,23 @@ TEST(isa_selection)
     char got[64];
     EXPECT_EQ_INT(child_isa("scalar", got, sizeof got), 0);
     EXPECT(strcmp(got, "scalar") == 0);
-    EXPECT_EQ_INT(child_isa("bogus", got, sizeof got), 0); /* unknown: warn, keep the max */
-    EXPECT(strcmp(got, kern_isa_name(max)) == 0);
+    /* unknown, or above the CPU: the max, and an error for the program to report */
+    char want[64];
+    snprintf(want, sizeof want, "%s error", kern_isa_name(max));
+    EXPECT_EQ_INT(child_isa("bogus", got, sizeof got), 0);
+    EXPECT(strcmp(got, want) == 0);
+    if (max < KERN_ISA_AVX512) {
+        EXPECT_EQ_INT(child_isa("avx512", got, sizeof got), 0);
+        EXPECT(strcmp(got, want) == 0);
+    }
     EXPECT_EQ_INT(child_isa("AVX2", got, sizeof got), 0);
-    EXPECT(strcmp(got, max >= KERN_ISA_AVX2 ? "avx2" : kern_isa_name(max)) == 0);
+    EXPECT(strcmp(got, max >= KERN_ISA_AVX2 ? "avx2" : want) == 0);
+    if (max >= KERN_ISA_AVXVNNI) {
+        EXPECT_EQ_INT(child_isa("avxvnni", got, sizeof got), 0);
+        EXPECT(strcmp(got, "avxvnni") == 0);
+    }
+    EXPECT_EQ_INT(kern_isa_parse("AvxVnni"), KERN_ISA_AVXVNNI);
+    EXPECT_EQ_INT(kern_isa_parse("avx1"), -1);
 }
 
 TEST_MAIN()

@@ -15,7 +15,8 @@ static float frand(uint64_t *s)
     return (float)((*s >> 40) & 0xffffff) / 16777216.0f;
 }
 
-static const enum kern_isa levels[] = {KERN_ISA_SCALAR, KERN_ISA_AVX2, KERN_ISA_AVX512};
+static const enum kern_isa levels[] = {KERN_ISA_SCALAR, KERN_ISA_AVX2, KERN_ISA_AVXVNNI,
+                                       KERN_ISA_AVX512};
 
 TEST(silu_mul_matches_libm)
 {
