@@ -119,8 +119,8 @@ static void detect(void)
             snprintf(env_error, sizeof(env_error),
                      "INFERD_ISA='%.32s' names no level (scalar, avx2, avxvnni, avx512)", env);
         else if (want > (int)isa_max)
-            snprintf(env_error, sizeof(env_error),
-                     "INFERD_ISA='%.32s': this CPU supports %s only", env, have);
+            snprintf(env_error, sizeof(env_error), "INFERD_ISA='%.32s': this CPU supports %s only",
+                     env, have);
         else
             pick = (enum kern_isa)want;
     }

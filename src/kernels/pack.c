@@ -26,15 +26,15 @@
 
 /* One layout: how a GGUF block's fields map to a panel. */
 struct layout {
-    int qk;          /* elements per block */
-    size_t blk;      /* GGUF bytes per block */
-    size_t sb;       /* panel bytes per block before the trailing scale area */
-    int n_fields;    /* dword-transposed fields of a block */
-    struct {         /* one field, copied as 16-row groups of dwords */
-        size_t src;  /* byte offset in the GGUF block */
-        size_t dst;  /* byte offset in the panel's block */
-        int n_dw;    /* dwords */
-        uint32_t x;  /* xor applied to each dword (q8_0: 0x80808080) */
+    int qk;         /* elements per block */
+    size_t blk;     /* GGUF bytes per block */
+    size_t sb;      /* panel bytes per block before the trailing scale area */
+    int n_fields;   /* dword-transposed fields of a block */
+    struct {        /* one field, copied as 16-row groups of dwords */
+        size_t src; /* byte offset in the GGUF block */
+        size_t dst; /* byte offset in the panel's block */
+        int n_dw;   /* dwords */
+        uint32_t x; /* xor applied to each dword (q8_0: 0x80808080) */
     } f[3];
     size_t d_src[2]; /* GGUF offsets of the f16 scales (d, dmin), or SIZE_MAX */
     size_t d_step;   /* trailing area: bytes per block (d at +0, dmin at +32) */
@@ -48,28 +48,54 @@ static bool layout_of(enum dtype wt, struct layout *L)
     L->d_src[0] = L->d_src[1] = SIZE_MAX;
     switch (wt) {
     case DTYPE_Q8_0:
-        *L = (struct layout){QK8_0, sizeof(struct block_q8_0), 512, 1,
+        *L = (struct layout){QK8_0,
+                             sizeof(struct block_q8_0),
+                             512,
+                             1,
                              {{offsetof(struct block_q8_0, qs), 0, 8, 0x80808080u}},
-                             {offsetof(struct block_q8_0, d), SIZE_MAX}, 32, 0, 0, 0};
+                             {offsetof(struct block_q8_0, d), SIZE_MAX},
+                             32,
+                             0,
+                             0,
+                             0};
         return true;
     case DTYPE_Q4_0:
-        *L = (struct layout){QK4_0, sizeof(struct block_q4_0), 256, 1,
+        *L = (struct layout){QK4_0,
+                             sizeof(struct block_q4_0),
+                             256,
+                             1,
                              {{offsetof(struct block_q4_0, qs), 0, 4, 0}},
-                             {offsetof(struct block_q4_0, d), SIZE_MAX}, 32, 0, 0, 0};
+                             {offsetof(struct block_q4_0, d), SIZE_MAX},
+                             32,
+                             0,
+                             0,
+                             0};
         return true;
     case DTYPE_Q4_K:
-        *L = (struct layout){QK_K, sizeof(struct block_q4_K), Q4KX16_SB, 2,
+        *L = (struct layout){QK_K,
+                             sizeof(struct block_q4_K),
+                             Q4KX16_SB,
+                             2,
                              {{offsetof(struct block_q4_K, qs), 0, 32, 0},
                               {offsetof(struct block_q4_K, scales), 2048, 3, 0}},
                              {offsetof(struct block_q4_K, d), offsetof(struct block_q4_K, dmin)},
-                             64, 0, 0, 0};
+                             64,
+                             0,
+                             0,
+                             0};
         return true;
     case DTYPE_Q6_K:
-        *L = (struct layout){QK_K, sizeof(struct block_q6_K), Q6KX16_SB, 2,
+        *L = (struct layout){QK_K,
+                             sizeof(struct block_q6_K),
+                             Q6KX16_SB,
+                             2,
                              {{offsetof(struct block_q6_K, ql), 0, 32, 0},
                               {offsetof(struct block_q6_K, qh), 2048, 16, 0}},
-                             {offsetof(struct block_q6_K, d), SIZE_MAX}, 32, 16,
-                             offsetof(struct block_q6_K, scales), 3072};
+                             {offsetof(struct block_q6_K, d), SIZE_MAX},
+                             32,
+                             16,
+                             offsetof(struct block_q6_K, scales),
+                             3072};
         return true;
     default:
         return false;
@@ -105,8 +131,10 @@ static void move_block(const struct layout *L, uint8_t *g, uint8_t *p, int nb, i
         }
     for (int j = 0; j < L->n_bytes_j; j++) {
         uint8_t *src = g + L->j_src + j, *dst = pb + L->j_dst + 16 * j + l;
-        if (to_panel) *dst = *src;
-        else *src = *dst;
+        if (to_panel)
+            *dst = *src;
+        else
+            *src = *dst;
     }
     uint8_t *area = p + (size_t)nb * L->sb + (size_t)b * L->d_step;
     for (int i = 0; i < 2; i++) {

@@ -344,7 +344,8 @@ TEST(pack_unpack_round_trip)
             EXPECT_EQ_INT(bad, 0);
             /* the same bytes per row as GGUF, padded to 16 rows and 64-byte areas */
             const size_t bytes = kern_packed_bytes(wt, rows, p.k), panels = (rows + 15) / 16;
-            EXPECT(bytes % 64 == 0 && bytes >= panels * 16 * rb && bytes <= panels * (16 * rb + 128));
+            EXPECT(bytes % 64 == 0 && bytes >= panels * 16 * rb &&
+                   bytes <= panels * (16 * rb + 128));
             free(back);
             free(P);
             prob_free(&p);
@@ -363,7 +364,7 @@ TEST(packed_matches_rows)
 {
     struct rng r = {5151};
     static const int shapes[][3] = {/* rows, k (in 32-blocks), n_tok */
-                                    {16, 1, 1},   {37, 2, 1},    {53, 28, 2}, {64, 9, 3},
+                                    {16, 1, 1},   {37, 2, 1},     {53, 28, 2}, {64, 9, 3},
                                     {100, 28, 4}, {35, 152, 300}, {48, 7, 5},  {21, 45, 13},
                                     {80, 28, 64}, {7, 1, 9},      {130, 6, 33}};
     for (int ti = 0; ti < N_PACKED; ti++) {
@@ -403,9 +404,9 @@ TEST(packed_matches_rows)
                 for (int t = 0; t < N; t += 1 + N / 5) {
                     for (int r0 = 0; r0 < rows; r0 += 32) {
                         int r1 = r0 + 32 < rows ? r0 + 32 : rows;
-                        kern_matmul_packed(wt, P, rows, p.k, r0, r1, p.X + (size_t)t * p.xrb,
-                                           p.xrb, XS + (size_t)t * xsb, xsb, 1,
-                                           y + (size_t)t * rows, rows);
+                        kern_matmul_packed(wt, P, rows, p.k, r0, r1, p.X + (size_t)t * p.xrb, p.xrb,
+                                           XS + (size_t)t * xsb, xsb, 1, y + (size_t)t * rows,
+                                           rows);
                     }
                     bad += !same_bits(ref + (size_t)t * rows, y + (size_t)t * rows, rows);
                 }
