@@ -8,11 +8,20 @@
 #include "base/check.h"
 #include "base/timeutil.h"
 
+#include <cpuid.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/mman.h>
 
-enum peak_kind { PEAK_READ, PEAK_FMA512, PEAK_BF16, PEAK_VNNI, PEAK_FMA256 };
+enum peak_kind {
+    PEAK_READ,
+    PEAK_FMA512,
+    PEAK_BF16,
+    PEAK_VNNI,
+    PEAK_FMA256,
+    PEAK_INT8_256,
+    PEAK_VNNI256
+};
 
 struct peak_job {
     enum peak_kind kind; /* what to run */
@@ -25,10 +34,9 @@ struct peak_job {
 
 /* The arithmetic peak loops, by kind. */
 static double (*const arith[])(long iters) = {
-    [PEAK_FMA512] = peak__fma_avx512,
-    [PEAK_BF16] = peak__bf16_avx512,
-    [PEAK_VNNI] = peak__vnni_avx512,
-    [PEAK_FMA256] = peak__fma_avx2,
+    [PEAK_FMA512] = peak__fma_avx512,  [PEAK_BF16] = peak__bf16_avx512,
+    [PEAK_VNNI] = peak__vnni_avx512,   [PEAK_FMA256] = peak__fma_avx2,
+    [PEAK_INT8_256] = peak__int8_avx2, [PEAK_VNNI256] = peak__vnni_avxvnni,
 };
 
 static void peak_worker(void *arg, int ith, int nth)
@@ -84,12 +92,21 @@ void *peak_read_buffer(size_t bytes)
     return buf;
 }
 
-void peak_measure(struct tpool *pool, struct peak *out)
+/* AVX-VNNI: CPUID leaf 7, sub-leaf 1, EAX bit 4 (as the kernels detect it) */
+static bool has_avxvnni(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+}
+
+void peak_measure(struct tpool *pool, enum peak_level level, struct peak *out)
 {
     memset(out, 0, sizeof(*out));
+    out->fma_insn = out->int8_insn = "";
     CHECK(tpool_size(pool) <= 256);
     struct peak_job j = {0};
-    bool avx512 = __builtin_cpu_supports("avx512f");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
     if (__builtin_cpu_supports("avx2")) {
         /* 1 GiB: far beyond any cache, so this is DRAM. */
         void *buf = peak_read_buffer((size_t)1 << 30);
@@ -97,19 +114,34 @@ void peak_measure(struct tpool *pool, struct peak *out)
         free(buf);
     }
     j.iters = 4000000;
-    if (avx512) {
+    /* a level the CPU lacks measures the best the CPU has */
+    if (level == PEAK_LEVEL_AVX512 && !(avx512 && __builtin_cpu_supports("avx512vnni")))
+        level = PEAK_LEVEL_AVXVNNI;
+    if (level == PEAK_LEVEL_AVXVNNI && !(avx2 && has_avxvnni())) level = PEAK_LEVEL_AVX2;
+    if (!avx2) return;
+    if (level == PEAK_LEVEL_AVX512) {
         j.kind = PEAK_FMA512;
         out->fma_gflops = best_rate(pool, &j, 3);
-    } else if (__builtin_cpu_supports("fma")) {
-        j.kind = PEAK_FMA256;
-        out->fma_gflops = best_rate(pool, &j, 3);
-    }
-    if (avx512 && __builtin_cpu_supports("avx512bf16")) {
-        j.kind = PEAK_BF16;
-        out->bf16_gflops = best_rate(pool, &j, 3);
-    }
-    if (avx512 && __builtin_cpu_supports("avx512vnni")) {
+        out->fma_insn = "zmm vfmadd231ps";
+        if (__builtin_cpu_supports("avx512bf16")) {
+            j.kind = PEAK_BF16;
+            out->bf16_gflops = best_rate(pool, &j, 3);
+        }
         j.kind = PEAK_VNNI;
-        out->vnni_gops = best_rate(pool, &j, 3);
+        out->int8_gops = best_rate(pool, &j, 3);
+        out->int8_insn = "zmm vpdpbusd";
+        return;
     }
+    /* the scalar level is judged by what the CPU could do with AVX2 */
+    j.kind = PEAK_FMA256;
+    out->fma_gflops = best_rate(pool, &j, 3);
+    out->fma_insn = "ymm vfmadd231ps";
+    if (level == PEAK_LEVEL_AVXVNNI) {
+        j.kind = PEAK_VNNI256;
+        out->int8_insn = "ymm vpdpbusd";
+    } else {
+        j.kind = PEAK_INT8_256;
+        out->int8_insn = "ymm vpmaddubsw+vpmaddwd+vpaddd";
+    }
+    out->int8_gops = best_rate(pool, &j, 3);
 }

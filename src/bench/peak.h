@@ -14,15 +14,22 @@
 
 #include <stddef.h>
 
+/* The kernel level whose instructions are measured (numbered as the
+ * kernels' enum kern_isa, which this layer does not see). */
+enum peak_level { PEAK_LEVEL_SCALAR, PEAK_LEVEL_AVX2, PEAK_LEVEL_AVXVNNI, PEAK_LEVEL_AVX512 };
+
 struct peak {
-    double read_gbs;    /* memory read bandwidth, GB/s (1e9 bytes) */
-    double fma_gflops;  /* FP32 FMA, GFLOP/s (2 per lane-op) */
-    double bf16_gflops; /* BF16 dot (vdpbf16ps), GFLOP/s; 0 if the CPU lacks it */
-    double vnni_gops;   /* int8 dot (vpdpbusd), GOP/s; 0 if the CPU lacks it */
+    double read_gbs;       /* memory read bandwidth, GB/s (1e9 bytes) */
+    double fma_gflops;     /* FP32 FMA at the level's width, GFLOP/s (2 per lane-op) */
+    double bf16_gflops;    /* BF16 dot (vdpbf16ps), GFLOP/s; 0 below the avx512 level */
+    double int8_gops;      /* the level's int8 dot sequence, GOP/s; 0 if none */
+    const char *fma_insn;  /* what fma_gflops timed ("ymm vfmadd231ps") */
+    const char *int8_insn; /* what int8_gops timed ("ymm vpmaddubsw+vpmaddwd"), or "" */
 };
 
-/* Measures with every thread of pool. */
-void peak_measure(struct tpool *pool, struct peak *out);
+/* Measures the limits of `level` with every thread of pool. A level above
+ * what the CPU has measures what the CPU has (the caller forced nothing). */
+void peak_measure(struct tpool *pool, enum peak_level level, struct peak *out);
 
 /* A read-bandwidth probe to run right next to a measurement: a buffer made
  * once (free with free()), read best-of-reps on every pool thread. GB/s. */
@@ -35,6 +42,8 @@ double peak__fma_avx512(long iters);
 double peak__bf16_avx512(long iters);
 double peak__vnni_avx512(long iters);
 double peak__fma_avx2(long iters);
+double peak__int8_avx2(long iters);
+double peak__vnni_avxvnni(long iters);
 double peak__read_avx2(const void *buf, size_t bytes);
 double peak__read_avx512(const void *buf, size_t bytes);
 

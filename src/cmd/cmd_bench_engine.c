@@ -249,7 +249,11 @@ int cmd_bench_engine(int argc, char **argv)
      * each (the stricter limit), since a shared machine can read low. */
     struct peak pk;
     struct tpool *pool = tpool_new(nth);
-    peak_measure(pool, &pk);
+    _Static_assert((int)PEAK_LEVEL_AVX512 == (int)KERN_ISA_AVX512 &&
+                       (int)PEAK_LEVEL_AVXVNNI == (int)KERN_ISA_AVXVNNI,
+                   "peak levels are numbered as the kernel levels");
+    const enum peak_level level = (enum peak_level)kern_isa();
+    peak_measure(pool, level, &pk);
 
     const int V = hp->n_vocab;
     struct fig_raw {
@@ -266,19 +270,35 @@ int cmd_bench_engine(int argc, char **argv)
         for (size_t i = 0; i < ARRAY_LEN(ts); i++)
             body_params += (double)ts[i]->ne[0] * ts[i]->ne[1];
     }
-    enum dtype wt = m->layers[0].w_up->type;
-    const char *peak_name;
-    double peak_ops;
-    if (wt == DTYPE_F32 || wt == DTYPE_F16) {
-        peak_name = "fp32-fma";
-        peak_ops = pk.fma_gflops;
-    } else if (wt == DTYPE_BF16) {
-        peak_name = "bf16-dot";
-        peak_ops = pk.bf16_gflops;
-    } else {
-        peak_name = pk.vnni_gops > 0 ? "int8-vnni" : "fp32-fma";
-        peak_ops = pk.vnni_gops > 0 ? pk.vnni_gops : pk.fma_gflops;
+    /* The weight type that holds most of the body's bytes names the model
+     * and picks the limit; a file that mixes types (a q4_K file keeps rows
+     * that are not a multiple of 256 in q4_0) lists them all. */
+    double type_bytes[DTYPE_COUNT] = {0};
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct model_layer *L = &m->layers[il];
+        const struct gguf_tensor *ts[] = {L->wq,     L->wk,   L->wv,    L->wo,
+                                          L->w_gate, L->w_up, L->w_down};
+        for (size_t i = 0; i < ARRAY_LEN(ts); i++)
+            type_bytes[ts[i]->type] += (double)ts[i]->size;
     }
+    enum dtype wt = m->layers[0].w_up->type;
+    double body_bytes = 0;
+    for (int t = 0; t < DTYPE_COUNT; t++) {
+        body_bytes += type_bytes[t];
+        if (type_bytes[t] > type_bytes[wt]) wt = (enum dtype)t;
+    }
+    char mix[128] = "";
+    for (int t = 0, n = 0; t < DTYPE_COUNT && n < (int)sizeof(mix); t++)
+        if (type_bytes[t] > 0)
+            n += snprintf(mix + n, sizeof(mix) - (size_t)n, "%s%s %.0f%%", n ? ", " : "",
+                          dtype_info((enum dtype)t)->name, 100 * type_bytes[t] / body_bytes);
+    /* the limit of the instruction the level's kernels use for that type */
+    const bool float_w =
+        wt == DTYPE_F32 || wt == DTYPE_F16 || (wt == DTYPE_BF16 && level != PEAK_LEVEL_AVX512);
+    const char *peak_name = float_w ? "fp32-fma" : wt == DTYPE_BF16 ? "bf16-dot" : "int8-dot";
+    const char *peak_insn = float_w            ? pk.fma_insn
+                            : wt == DTYPE_BF16 ? "zmm vdpbf16ps"
+                                               : pk.int8_insn;
 
     /* Bandwidth on a shared machine drifts by 2x within minutes: each
      * decode figure is judged against a read probe taken right before and
@@ -335,17 +355,16 @@ int cmd_bench_engine(int argc, char **argv)
     }
 
     struct peak pk2;
-    peak_measure(pool, &pk2);
+    peak_measure(pool, level, &pk2);
     tpool_free(pool);
     free(probe);
     pk.read_gbs = MAX(pk.read_gbs, pk2.read_gbs);
     pk.fma_gflops = MAX(pk.fma_gflops, pk2.fma_gflops);
     pk.bf16_gflops = MAX(pk.bf16_gflops, pk2.bf16_gflops);
-    pk.vnni_gops = MAX(pk.vnni_gops, pk2.vnni_gops);
-    peak_ops = wt == DTYPE_F32 || wt == DTYPE_F16 ? pk.fma_gflops
-               : wt == DTYPE_BF16                 ? pk.bf16_gflops
-               : pk.vnni_gops > 0                 ? pk.vnni_gops
-                                                  : pk.fma_gflops;
+    pk.int8_gops = MAX(pk.int8_gops, pk2.int8_gops);
+    const double peak_ops = float_w            ? pk.fma_gflops
+                            : wt == DTYPE_BF16 ? pk.bf16_gflops
+                                               : pk.int8_gops;
     for (int i = 0; i < n_figs; i++) {
         if (!strcmp(figs[i].limit, "mem-read"))
             figs[i].limit_pct = 100 * raw[i].bytes_or_flops / (local_bw[i] * 1e9) / raw[i].dt;
@@ -354,11 +373,14 @@ int cmd_bench_engine(int argc, char **argv)
     }
 
     if (json) {
-        printf("{\"model\":\"%s\",\"weight_type\":\"%s\",\"threads\":%d,\"isa\":\"%s\",", m->name,
-               dtype_info(wt)->name, nth, kern_isa_name(kern_isa()));
-        printf("\"limits\":{\"read_gbs\":%.2f,\"fma_gflops\":%.1f,\"bf16_gflops\":%.1f,"
-               "\"vnni_gops\":%.1f},\"weight_bytes\":%.0f,\"figures\":[",
-               pk.read_gbs, pk.fma_gflops, pk.bf16_gflops, pk.vnni_gops, w_bytes);
+        printf("{\"model\":\"%s\",\"weight_type\":\"%s\",\"weight_types\":\"%s\","
+               "\"threads\":%d,\"isa\":\"%s\",",
+               m->name, dtype_info(wt)->name, mix, nth, kern_isa_name(kern_isa()));
+        printf("\"limits\":{\"read_gbs\":%.2f,\"fma_gflops\":%.1f,\"fma_insn\":\"%s\","
+               "\"bf16_gflops\":%.1f,\"int8_gops\":%.1f,\"int8_insn\":\"%s\"},"
+               "\"compute_limit\":\"%s\",\"weight_bytes\":%.0f,\"figures\":[",
+               pk.read_gbs, pk.fma_gflops, pk.fma_insn, pk.bf16_gflops, pk.int8_gops, pk.int8_insn,
+               peak_insn, w_bytes);
         for (int i = 0; i < n_figs; i++)
             printf("%s{\"name\":\"%s\",\"batch\":%d,\"tokens_per_s\":%.2f,\"pct_of_limit\":%.1f,"
                    "\"limit\":\"%s\",\"limit_value\":%.1f}",
@@ -366,11 +388,14 @@ int cmd_bench_engine(int argc, char **argv)
                    figs[i].limit, local_bw[i] > 0 ? local_bw[i] : peak_ops);
         printf("]}\n");
     } else {
-        printf("model %s (%s weights, %.0f MB read per decode step), %d threads, kernels %s\n",
-               m->name, dtype_info(wt)->name, w_bytes / 1e6, nth, kern_isa_name(kern_isa()));
-        printf("limits measured now: memory read %.1f GB/s | fp32 fma %.0f GFLOP/s | bf16 dot %.0f "
-               "GFLOP/s | int8 vnni %.0f GOP/s\n",
-               pk.read_gbs, pk.fma_gflops, pk.bf16_gflops, pk.vnni_gops);
+        printf("model %s (%s weights: %s of the body; %.0f MB read per decode step), %d threads, "
+               "kernels %s\n",
+               m->name, dtype_info(wt)->name, mix, w_bytes / 1e6, nth, kern_isa_name(kern_isa()));
+        printf("limits measured now: memory read %.1f GB/s | fp32 fma (%s) %.0f GFLOP/s | ",
+               pk.read_gbs, pk.fma_insn, pk.fma_gflops);
+        if (pk.bf16_gflops > 0) printf("bf16 dot %.0f GFLOP/s | ", pk.bf16_gflops);
+        printf("int8 dot (%s) %.0f GOP/s\n", pk.int8_insn, pk.int8_gops);
+        printf("compute figures are judged by: %s (%s)\n", peak_name, peak_insn);
         printf("%-12s %6s %12s %10s  %s\n", "test", "batch", "tokens/s", "% limit", "limit");
         for (int i = 0; i < n_figs; i++) {
             if (local_bw[i] > 0)
