@@ -21,11 +21,12 @@ struct tjob {
     int sleep_us;        /* run time */
 };
 
-static _Atomic int n_ran;
+static _Atomic int n_ran, n_started;
 
 static void tjob_run(struct jobq_job *j)
 {
     struct tjob *t = (struct tjob *)j;
+    atomic_fetch_add(&n_started, 1);
     t->ran_on = pthread_self();
     if (t->sleep_us) usleep((useconds_t)t->sleep_us);
     atomic_fetch_add(&n_ran, 1);
@@ -121,8 +122,12 @@ TEST(stop_cancels_jobs_never_started)
     int n_done = 0;
     struct jobq q;
     EXPECT_EQ_INT(jobq_start(&q, 1, 0, NULL), 0);
+    const int started = atomic_load(&n_started);
     push_jobs(&q, jobs, N, order, &n_done, all_sleep);
-    usleep(5000); /* the worker is inside job 0 */
+    /* until the worker is inside job 0 (a loaded host may take a while to
+     * schedule it; bounded at 5 s) */
+    for (int spins = 0; atomic_load(&n_started) == started && spins < 5000; spins++)
+        usleep(1000);
     jobq_stop(&q);
     EXPECT_EQ_INT(n_done, N);
     int ran = 0, cancelled = 0;
