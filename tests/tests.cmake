@@ -69,3 +69,20 @@ foreach(sh ${SCRIPT_TESTS})
   set_tests_properties(${group}/${name} PROPERTIES LABELS ${group}
     ENVIRONMENT "INFERD_BIN=$<TARGET_FILE:inferd>;INFERD_SRC=${CMAKE_SOURCE_DIR};INFERD_SCRATCH=${CMAKE_BINARY_DIR}/scratch;INFERD_LAYERS=${INFERD_LAYERS_FILE}")
 endforeach()
+
+# The engine-level invariance tests again with each SIMD level below the
+# CPU's best forced (INFERD_ISA), so the avx2 and avxvnni kernels are also
+# proven inside the whole engine on a machine that would pick avx512; the
+# kernel tests already run every level the CPU has, each forced in turn.
+# Skipped (exit 77) where the CPU lacks the level.
+foreach(level avx2 avxvnni)
+  add_test(NAME engine/test_engine@${level}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/isa_forced.sh ${level} $<TARGET_FILE:test_engine>)
+  add_test(NAME cli/test_invariance@${level}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/isa_forced.sh ${level} bash
+                   ${CMAKE_SOURCE_DIR}/tests/cli/test_invariance.sh)
+  set_tests_properties(engine/test_engine@${level} PROPERTIES LABELS unit SKIP_RETURN_CODE 77
+    ENVIRONMENT "INFERD_BIN=$<TARGET_FILE:inferd>;INFERD_SRC=${CMAKE_SOURCE_DIR}")
+  set_tests_properties(cli/test_invariance@${level} PROPERTIES LABELS cli SKIP_RETURN_CODE 77
+    ENVIRONMENT "INFERD_BIN=$<TARGET_FILE:inferd>;INFERD_SRC=${CMAKE_SOURCE_DIR};INFERD_SCRATCH=${CMAKE_BINARY_DIR}/scratch")
+endforeach()

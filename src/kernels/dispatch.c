@@ -7,8 +7,10 @@
  *
  * Levels: scalar (kernels_ref.c), avx2 (needs AVX2 + FMA + F16C), avxvnni
  * (avx2 + AVX-VNNI; the avx2 table with the int8 kernels that gain from
- * 256-bit vpdpbusd replaced, kernels_avxvnni.c), avx512 (needs AVX-512
- * F/BW/VL/DQ + VNNI + BF16). A CPU with AVX-512 F but without VNNI or BF16
+ * 256-bit vpdpbusd replaced, kernels_avxvnni.c; on AVX-512 VNNI CPUs
+ * without AVX-VNNI the same kernels in their EVEX encoding, so the level can
+ * be forced and tested there), avx512 (needs AVX-512 F/BW/VL/DQ + VNNI +
+ * BF16). A CPU with AVX-512 F but without VNNI or BF16
  * runs avxvnni or avx2. __builtin_cpu_supports also checks that the OS saves
  * the wide register state (XGETBV), so a level we pick runs.
  *
@@ -49,8 +51,10 @@ static enum kern_isa isa_max = KERN_ISA_SCALAR; /* set once by detect() */
 static int isa_cur = -1;                        /* atomic; -1 before init */
 static char env_error[160];                     /* set once by detect(), or empty */
 
-/* The avx2 table with the delta's set members in their place. */
-static void build_avxvnni(void)
+/* The avx2 table with the delta's set members in their place. Without the
+ * VEX form (vex false) the level's 256-bit vpdpbusd kernels run in their
+ * AVX-512 VNNI encoding: a CPU without either never selects the level. */
+static void build_avxvnni(bool vex)
 {
     const struct kern__ops *d = &kern__ops_avxvnni_delta;
     struct kern__ops o = kern__ops_avx2;
@@ -68,7 +72,14 @@ static void build_avxvnni(void)
     OVERRIDE(sum_sq_f32);
     OVERRIDE(packed);
 #undef OVERRIDE
+    if (!vex) o.matmul_packed = kern__matmul_packed_avxvnni_evex;
     ops_avxvnni = o;
+}
+
+static bool has_avxvnni_vex(void)
+{
+    unsigned a, b, c, d; /* CPUID leaf 7, sub-leaf 1, EAX bit 4 */
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
 }
 
 static enum kern_isa cpu_level(void)
@@ -84,8 +95,7 @@ static enum kern_isa cpu_level(void)
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16"))
         return KERN_ISA_AVX512;
-    /* AVX-VNNI: CPUID leaf 7, sub-leaf 1, EAX bit 4 (VEX-encoded vpdpbusd) */
-    if (__get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4))) return KERN_ISA_AVXVNNI;
+    if (has_avxvnni_vex()) return KERN_ISA_AVXVNNI; /* VEX-encoded vpdpbusd */
     return KERN_ISA_AVX2;
 }
 
@@ -107,8 +117,8 @@ static void level_list(enum kern_isa max, char *buf, size_t cap)
 
 static void detect(void)
 {
-    build_avxvnni();
     isa_max = cpu_level();
+    build_avxvnni(has_avxvnni_vex());
     enum kern_isa pick = isa_max;
     const char *env = getenv("INFERD_ISA");
     if (env && *env) {

@@ -680,7 +680,8 @@ static float sum_sq_f32_avx2(const float *x, int n)
 
 const struct kern__ops kern__ops_avx2 = {
     .matmul = matmul_avx2,
-    .matmul_packed = kern__matmul_packed_ref, /* no packed kernel at this level yet */
+    .matmul_packed = kern__matmul_packed_avx2,
+    .packed = KERN__PACKED256_TYPES,
     .kv_dot = kv_dot_avx2,
     .kv_accum = kv_accum_avx2,
     .kv_store = kv_store_avx2,

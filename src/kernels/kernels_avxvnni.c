@@ -9,5 +9,8 @@
 #include "kernels/kernels_impl.h"
 
 const struct kern__ops kern__ops_avxvnni_delta = {
-    .packed = 0, /* no packed kernel at this level yet */
+    /* dispatch.c puts kern__matmul_packed_avxvnni_evex in its place on
+     * CPUs with AVX-512 VNNI but not AVX-VNNI */
+    .matmul_packed = kern__matmul_packed_avxvnni,
+    .packed = KERN__PACKED256_TYPES,
 };
