@@ -20,7 +20,8 @@ enum peak_kind {
     PEAK_VNNI,
     PEAK_FMA256,
     PEAK_INT8_256,
-    PEAK_VNNI256
+    PEAK_VNNI256,
+    PEAK_VNNI256_EVEX
 };
 
 struct peak_job {
@@ -34,9 +35,13 @@ struct peak_job {
 
 /* The arithmetic peak loops, by kind. */
 static double (*const arith[])(long iters) = {
-    [PEAK_FMA512] = peak__fma_avx512,  [PEAK_BF16] = peak__bf16_avx512,
-    [PEAK_VNNI] = peak__vnni_avx512,   [PEAK_FMA256] = peak__fma_avx2,
-    [PEAK_INT8_256] = peak__int8_avx2, [PEAK_VNNI256] = peak__vnni_avxvnni,
+    [PEAK_FMA512] = peak__fma_avx512,
+    [PEAK_BF16] = peak__bf16_avx512,
+    [PEAK_VNNI] = peak__vnni_avx512,
+    [PEAK_FMA256] = peak__fma_avx2,
+    [PEAK_INT8_256] = peak__int8_avx2,
+    [PEAK_VNNI256] = peak__vnni_avxvnni,
+    [PEAK_VNNI256_EVEX] = peak__vnni_avxvnni_evex,
 };
 
 static void peak_worker(void *arg, int ith, int nth)
@@ -117,7 +122,10 @@ void peak_measure(struct tpool *pool, enum peak_level level, struct peak *out)
     /* a level the CPU lacks measures the best the CPU has */
     if (level == PEAK_LEVEL_AVX512 && !(avx512 && __builtin_cpu_supports("avx512vnni")))
         level = PEAK_LEVEL_AVXVNNI;
-    if (level == PEAK_LEVEL_AVXVNNI && !(avx2 && has_avxvnni())) level = PEAK_LEVEL_AVX2;
+    /* the avxvnni kernels run EVEX-encoded where only AVX-512 VNNI has the instruction */
+    const bool evex = !has_avxvnni() && __builtin_cpu_supports("avx512vnni") &&
+                      __builtin_cpu_supports("avx512vl");
+    if (level == PEAK_LEVEL_AVXVNNI && !(avx2 && (has_avxvnni() || evex))) level = PEAK_LEVEL_AVX2;
     if (!avx2) return;
     if (level == PEAK_LEVEL_AVX512) {
         j.kind = PEAK_FMA512;
@@ -137,8 +145,8 @@ void peak_measure(struct tpool *pool, enum peak_level level, struct peak *out)
     out->fma_gflops = best_rate(pool, &j, 3);
     out->fma_insn = "ymm vfmadd231ps";
     if (level == PEAK_LEVEL_AVXVNNI) {
-        j.kind = PEAK_VNNI256;
-        out->int8_insn = "ymm vpdpbusd";
+        j.kind = evex ? PEAK_VNNI256_EVEX : PEAK_VNNI256;
+        out->int8_insn = evex ? "ymm vpdpbusd (EVEX)" : "ymm vpdpbusd";
     } else {
         j.kind = PEAK_INT8_256;
         out->int8_insn = "ymm vpmaddubsw+vpmaddwd+vpaddd";

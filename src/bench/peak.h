@@ -44,6 +44,7 @@ double peak__vnni_avx512(long iters);
 double peak__fma_avx2(long iters);
 double peak__int8_avx2(long iters);
 double peak__vnni_avxvnni(long iters);
+double peak__vnni_avxvnni_evex(long iters); /* the same, AVX-512 VNNI encoding */
 double peak__read_avx2(const void *buf, size_t bytes);
 double peak__read_avx512(const void *buf, size_t bytes);
 

@@ -61,7 +61,7 @@
 
 #define PANEL    16           /* rows per panel */
 #define PK_T     16           /* tokens per pass: KERN_PACKED_ONE_PASS */
-#define PK_PF    1024         /* prefetch distance along the panel, bytes */
+#define PK_PF    4096         /* prefetch distance along the panel, bytes */
 #define PK_L2ACT (256 * 1024) /* activation bytes a prefill token block may keep */
 
 _Static_assert(PK_T == KERN_PACKED_ONE_PASS, "one pass covers the contract's token count");
@@ -172,17 +172,9 @@ AI __m256i q4k_six(__m256i s0, __m256i s1, __m256i s2, int j, int min)
     return _mm256_or_si256(b, _mm256_slli_epi32(_mm256_srli_epi32(byte_of(lo, j - 4), 6), 4));
 }
 
-static void rec_q4_K(struct pk_rec *R, const char *sb, const char *dsc)
+/* The scale part of a q4_K record (the one-token pass reads the quants in place). */
+static void rec_q4_K_scales(struct pk_rec *R, const char *sb, const char *dsc)
 {
-    const __m256i m4 = _mm256_set1_epi8(15);
-    /* packed group G = 8c + i: low nibbles are element dword 16c + i, high 16c + 8 + i */
-    for (int G = 0; G < 32; G++)
-        for (int h = 0; h < 2; h++) {
-            const int c = G / 8, i = G % 8;
-            __m256i w = ld(sb + 64 * G + 32 * h);
-            R->q[16 * c + i][h] = _mm256_and_si256(w, m4);
-            R->q[16 * c + 8 + i][h] = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
-        }
     for (int h = 0; h < 2; h++) {
         const char *s = sb + 2048 + 32 * h;
         __m256i s0 = ld(s), s1 = ld(s + 64), s2 = ld(s + 128);
@@ -202,26 +194,22 @@ static void rec_q4_K(struct pk_rec *R, const char *sb, const char *dsc)
     }
 }
 
-static void rec_q6_K(struct pk_rec *R, const char *sb, const char *dsc)
+static void rec_q4_K(struct pk_rec *R, const char *sb, const char *dsc)
 {
-    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
-    for (int H = 0; H < 2; H++)
-        for (int i = 0; i < 8; i++)
-            for (int h = 0; h < 2; h++) {
-                __m256i a = ld(sb + 64 * (16 * H + i) + 32 * h);
-                __m256i b = ld(sb + 64 * (16 * H + 8 + i) + 32 * h);
-                __m256i qh = ld(sb + 2048 + 64 * (8 * H + i) + 32 * h);
-                __m256i *q = &R->q[32 * H + i][h];
-                /* element dwords 32H + i, + 8, + 16, + 24 (two vectors per dword) */
-                q[0] = _mm256_or_si256(_mm256_and_si256(a, m4),
-                                       _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-                q[16] = _mm256_or_si256(_mm256_and_si256(b, m4),
-                                        _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-                q[32] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4),
-                                        _mm256_and_si256(qh, m30));
-                q[48] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4),
-                                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
-            }
+    const __m256i m4 = _mm256_set1_epi8(15);
+    /* packed group G = 8c + i: low nibbles are element dword 16c + i, high 16c + 8 + i */
+    for (int G = 0; G < 32; G++)
+        for (int h = 0; h < 2; h++) {
+            const int c = G / 8, i = G % 8;
+            __m256i w = ld(sb + 64 * G + 32 * h);
+            R->q[16 * c + i][h] = _mm256_and_si256(w, m4);
+            R->q[16 * c + 8 + i][h] = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+        }
+    rec_q4_K_scales(R, sb, dsc);
+}
+
+static void rec_q6_K_scales(struct pk_rec *R, const char *sb, const char *dsc)
+{
     for (int h = 0; h < 2; h++) {
         __m256i s[16];
         for (int j = 0; j < 16; j++)
@@ -240,6 +228,29 @@ static void rec_q6_K(struct pk_rec *R, const char *sb, const char *dsc)
                                           _mm256_slli_epi32(s[2 * m + 1], 16));
         R->d[h] = ld_f16x8(dsc + 16 * h);
     }
+}
+
+static void rec_q6_K(struct pk_rec *R, const char *sb, const char *dsc)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    rec_q6_K_scales(R, sb, dsc);
+    for (int H = 0; H < 2; H++)
+        for (int i = 0; i < 8; i++)
+            for (int h = 0; h < 2; h++) {
+                __m256i a = ld(sb + 64 * (16 * H + i) + 32 * h);
+                __m256i b = ld(sb + 64 * (16 * H + 8 + i) + 32 * h);
+                __m256i qh = ld(sb + 2048 + 64 * (8 * H + i) + 32 * h);
+                __m256i *q = &R->q[32 * H + i][h];
+                /* element dwords 32H + i, + 8, + 16, + 24 (two vectors per dword) */
+                q[0] = _mm256_or_si256(_mm256_and_si256(a, m4),
+                                       _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+                q[16] = _mm256_or_si256(_mm256_and_si256(b, m4),
+                                        _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+                q[32] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4),
+                                        _mm256_and_si256(qh, m30));
+                q[48] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4),
+                                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+            }
 }
 
 /* ---- one token against one record: the integers, then the chains ---- */
@@ -371,6 +382,124 @@ AI void tok_q6_K(const struct pk_rec *R, const struct block_q8_K *x, __m256 acc[
     }
 }
 
+/* ---- the one-token pass: the quants read in place, no record ----
+ * With one token the record costs more (its stores and reloads) than it
+ * saves; each weight vector is expanded in registers as it is used. The
+ * scale vectors still go through the record (few per block). q6_K keeps
+ * the record at one token too: its expansion (three loads and a dozen
+ * operations per four vectors) does not fit the registers in place, and
+ * was measured slower that way. */
+
+AI void one_q8_0(const char *blk, const char *dsc, const char *x, const struct pk_side *s,
+                 __m256 acc[2])
+{
+    for (int h = 0; h < 2; h++) {
+#if PK_VNNI
+        __m256i I0 = _mm256_set1_epi32(s->bias), I1 = _mm256_setzero_si256();
+        for (int g = 0; g < 8; g += 2) {
+            I0 = dot4(I0, ld(blk + 64 * g + 32 * h), bc32(x + 4 * g));
+            I1 = dot4(I1, ld(blk + 64 * g + 64 + 32 * h), bc32(x + 4 * g + 4));
+        }
+#else
+        const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+        __m256i I0 = _mm256_setzero_si256(), I1 = _mm256_setzero_si256();
+        for (int g = 0; g < 8; g += 2) {
+            __m256i s0 = _mm256_xor_si256(ld(blk + 64 * g + 32 * h), flip);
+            __m256i s1 = _mm256_xor_si256(ld(blk + 64 * g + 64 + 32 * h), flip);
+            __m256i p0 =
+                _mm256_maddubs_epi16(_mm256_abs_epi8(s0), _mm256_sign_epi8(bc32(x + 4 * g), s0));
+            __m256i p1 = _mm256_maddubs_epi16(_mm256_abs_epi8(s1),
+                                              _mm256_sign_epi8(bc32(x + 4 * g + 4), s1));
+            I0 = _mm256_add_epi32(I0, _mm256_madd_epi16(p0, ones));
+            I1 = _mm256_add_epi32(I1, _mm256_madd_epi16(p1, ones));
+        }
+#endif
+        chain(&acc[h], _mm256_add_epi32(I0, I1), ld_f16x8(dsc + 16 * h), s->d);
+    }
+}
+
+AI void one_q4_0(const char *blk, const char *dsc, const char *x, const struct pk_side *s,
+                 __m256 acc[2])
+{
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m256i bias = _mm256_set1_epi32(s->bias / 16); /* -8 * sum(x), exact */
+    for (int h = 0; h < 2; h++) {
+#if PK_VNNI
+        __m256i I0 = bias, I1 = _mm256_setzero_si256();
+#else
+        __m256i p = _mm256_setzero_si256();
+#endif
+        for (int g = 0; g < 4; g++) {
+            __m256i w = ld(blk + 64 * g + 32 * h);
+            __m256i lo = _mm256_and_si256(w, m4),
+                    hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+#if PK_VNNI
+            I0 = dot4(I0, lo, bc32(x + 4 * g));
+            I1 = dot4(I1, hi, bc32(x + 16 + 4 * g));
+#else
+            p = _mm256_add_epi16(p,
+                                 _mm256_add_epi16(_mm256_maddubs_epi16(lo, bc32(x + 4 * g)),
+                                                  _mm256_maddubs_epi16(hi, bc32(x + 16 + 4 * g))));
+#endif
+        }
+#if PK_VNNI
+        __m256i I = _mm256_add_epi32(I0, I1);
+#else
+        __m256i I = _mm256_add_epi32(bias, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+#endif
+        chain(&acc[h], I, ld_f16x8(dsc + 16 * h), s->d);
+    }
+}
+
+AI __m256i scale_mul(__m256i sum, __m256i sc)
+{
+#if PK_VNNI
+    return _mm256_mullo_epi32(sum, sc);
+#else
+    return _mm256_madd_epi16(sum, sc);
+#endif
+}
+
+/* acc += u . x into int16 pairs (avx2: caller keeps the bounds) or int32 */
+AI __m256i dot4s(__m256i acc, __m256i u, __m256i x)
+{
+#if PK_VNNI
+    return dot4(acc, u, x);
+#else
+    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, x));
+#endif
+}
+
+AI void one_q4_K(struct pk_rec *R, const char *sb, const char *dsc, const struct block_q8_K *x,
+                 __m256 acc[2])
+{
+    rec_q4_K_scales(R, sb, dsc);
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256i bsp[4];
+    for (int c = 0; c < 4; c++) {
+        const int16_t *b = x->bsums + 4 * c;
+        int lo = b[0] + b[1], hi = b[2] + b[3];
+        bsp[c] = _mm256_set1_epi32((int32_t)((uint32_t)(uint16_t)lo | (uint32_t)hi << 16));
+    }
+    for (int h = 0; h < 2; h++) {
+        __m256i A = _mm256_setzero_si256(), B = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i plo = _mm256_setzero_si256(), phi = _mm256_setzero_si256();
+            for (int i = 0; i < 8; i++) {
+                __m256i w = ld(sb + 64 * (8 * c + i) + 32 * h);
+                plo = dot4s(plo, _mm256_and_si256(w, m4), bc32(x->qs + 4 * (16 * c + i)));
+                phi = dot4s(phi, _mm256_and_si256(_mm256_srli_epi16(w, 4), m4),
+                            bc32(x->qs + 4 * (16 * c + 8 + i)));
+            }
+            A = _mm256_add_epi32(A, _mm256_add_epi32(scale_mul(plo, R->sc[2 * c][h]),
+                                                     scale_mul(phi, R->sc[2 * c + 1][h])));
+            B = _mm256_add_epi32(B, _mm256_madd_epi16(R->sp[c][h], bsp[c]));
+        }
+        chain(&acc[h], A, R->d[h], x->d);
+        chain(&acc[h], _mm256_sub_epi32(_mm256_setzero_si256(), B), R->dmin[h], x->d);
+    }
+}
+
 /* ---- one pass: one panel, up to PK_T tokens ---- */
 
 struct pk_mat {
@@ -396,6 +525,23 @@ static void pass(const struct pk_mat *m, struct pk_rec *R, int panel, const stru
         const char *blk = pp + (size_t)b * m->sb, *dsc = area + (size_t)b * m->dstep;
         for (size_t o = 0; o < m->sb; o += 64)
             if (blk + PK_PF + o < m->end) _mm_prefetch(blk + PK_PF + o, _MM_HINT_T0);
+        const char *xb = tk->x + (size_t)b * m->xblk;
+        const char *sd = tk->xs ? tk->xs + (size_t)b * sizeof(struct pk_side) : NULL;
+        if (tk->T == 1 && m->wt != DTYPE_Q6_K) {
+            const struct pk_side *st = (const struct pk_side *)sd;
+            switch (m->wt) {
+            case DTYPE_Q8_0:
+                one_q8_0(blk, dsc, xb + 2, st, acc[0]);
+                break;
+            case DTYPE_Q4_0:
+                one_q4_0(blk, dsc, xb + 2, st, acc[0]);
+                break;
+            default: /* q4_K */
+                one_q4_K(R, blk, dsc, (const struct block_q8_K *)xb, acc[0]);
+                break;
+            }
+            continue;
+        }
         switch (m->wt) {
         case DTYPE_Q8_0:
             rec_q8_0(R, blk, dsc);
@@ -410,8 +556,6 @@ static void pass(const struct pk_mat *m, struct pk_rec *R, int panel, const stru
             rec_q6_K(R, blk, dsc);
             break;
         }
-        const char *xb = tk->x + (size_t)b * m->xblk;
-        const char *sd = tk->xs ? tk->xs + (size_t)b * sizeof(struct pk_side) : NULL;
 #pragma GCC unroll 1
         for (int t = 0; t < tk->T; t++) {
             const char *xt = xb + (size_t)t * tk->xrb;
