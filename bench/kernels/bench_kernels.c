@@ -439,7 +439,7 @@ int main(int argc, char **argv)
            "%.1f\n",
            p_fma / 1e9, 2 * p_fma / 1e9, p_vnni / 1e9, p_bf16 / 1e9);
     static const enum dtype types[] = {DTYPE_Q8_0, DTYPE_F16,  DTYPE_Q4_0, DTYPE_Q4_K,
-                                       DTYPE_Q6_K, DTYPE_BF16, DTYPE_F32};
+                                       DTYPE_Q5_K, DTYPE_Q6_K, DTYPE_BF16, DTYPE_F32};
     const size_t n_types = packed_only ? 0 : sizeof(types) / sizeof(types[0]);
     if (n_types)
         printf("%-5s %-10s | %-22s | %-22s | %s\n", "type", "shape", "decode 1 thread",

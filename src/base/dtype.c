@@ -11,6 +11,7 @@ static const struct dtype_info table[DTYPE_COUNT] = {
     [DTYPE_Q4_0] = {"q4_0", 32, 2 + 16},
     [DTYPE_Q8_0] = {"q8_0", 32, 2 + 32},
     [DTYPE_Q4_K] = {"q4_k", 256, 2 + 2 + 12 + 128},
+    [DTYPE_Q5_K] = {"q5_k", 256, 2 + 2 + 12 + 32 + 128},
     [DTYPE_Q6_K] = {"q6_k", 256, 128 + 64 + 16 + 2},
     [DTYPE_Q8_K] = {"q8_k", 256, 4 + 256 + 2 * 16},
     [DTYPE_BF16] = {"bf16", 1, 2},

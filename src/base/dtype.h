@@ -18,6 +18,7 @@ enum dtype {
     DTYPE_Q4_0 = 2,
     DTYPE_Q8_0 = 8,
     DTYPE_Q4_K = 12,
+    DTYPE_Q5_K = 13,
     DTYPE_Q6_K = 14,
     DTYPE_Q8_K = 15, /* activations only (K-quant dot products) */
     DTYPE_BF16 = 30,

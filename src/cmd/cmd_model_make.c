@@ -48,8 +48,9 @@ static int set_type(void *dst, const char *spelling, const char *val, struct err
 {
     int t = dtype_from_name(val);
     if (t < 0 || !dtype_supported((uint32_t)t))
-        return err_set(m, ERR_INVALID, "%s: unknown type '%s' (f32 f16 bf16 q8_0 q4_0 q4_k q6_k)",
-                       spelling, val);
+        return err_set(m, ERR_INVALID,
+                       "%s: unknown type '%s' (f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k)", spelling,
+                       val);
     *(enum dtype *)dst = (enum dtype)t;
     return 0;
 }
@@ -113,8 +114,9 @@ int cmd_model_make(int argc, char **argv)
         CMD_OPT_CALL("arch", 0, "A", "llama | qwen2 | qwen3 (default: the preset's)", set_arch,
                      &o.arch),
         CMD_OPT_CALL("type", 0, "T",
-                     "matrix type: f32 f16 bf16 q8_0 q4_0 q4_k q6_k (default f16);\n"
-                     "q4_k/q6_k fall back to q4_0/q8_0 for rows not a multiple of 256",
+                     "matrix type: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k (default f16);\n"
+                     "q4_k falls back to q4_0, q5_k and q6_k to q8_0 for rows not a\n"
+                     "multiple of 256",
                      set_type, &o.type),
         CMD_OPT_STR("tokenizer", 0, "T",
                     "qwen3 | llama3 | deepseek_v3 | gpt4o | llama2 | gemma3 |\n"

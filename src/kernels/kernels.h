@@ -9,7 +9,7 @@
  * Block layouts are bit-compatible with GGUF (see quants.h).
  *
  * Activations: a matmul with weights of type wt first converts each input row
- * to kern_act_type(wt) (q8_0 for q8_0/q4_0, q8_K for q4_K/q6_K, f32 for
+ * to kern_act_type(wt) (q8_0 for q8_0/q4_0, q8_K for q4_K/q5_K/q6_K, f32 for
  * f32/f16, bf16 for bf16) with kern_quantize_act. This is per token and
  * deterministic.
  *
@@ -86,7 +86,7 @@ void kern_matmul(enum dtype wt, const void *W, size_t w_row_bytes, int k, int r0
 /* ---- packed weights (built once, at model load) ----
  * A layout of the same weights in which a matmul streams one contiguous
  * range per 16-row panel, with no per-call repacking (quants.h describes
- * each: q8_0, q4_0, q4_K, q6_K). Results are bitwise those of kern_matmul on
+ * each: q8_0, q4_0, q4_K, q5_K, q6_K). Results are bitwise those of kern_matmul on
  * the GGUF rows, at every ISA level (the arithmetic is the same; only where
  * the bytes sit changes). The layouts do not depend on the level: a matrix
  * packed at one level runs at any other, through the scalar reference where

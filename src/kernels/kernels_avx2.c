@@ -8,7 +8,8 @@
  * pairs) and vpmaddwd; the int16 pairs never saturate because
  *   q8_0:  |w| <= 128 (sign moved onto x with vpsignb), |x| <= 127
  *          -> |pair| <= 2 * 128 * 127 = 32512
- *   q4_0, q4_K: q <= 15 -> |pair| <= 3810;  q6_K: q <= 63 -> |pair| <= 16002
+ *   q4_0, q4_K: q <= 15 -> |pair| <= 3810;  q5_K: q <= 31 -> |pair| <= 7874;
+ *   q6_K: q <= 63 -> |pair| <= 16002
  * (activation quants stay in [-127, 127], kernels_ref.c).
  *
  * Layout: lanes along k. For the quantized types one tile is 8 (row,
@@ -330,9 +331,22 @@ AI void tile_q4_0(const struct mmq *a, int r, int t, int n_tok, const int QR)
     tile_store(a, r, t, n_tok, acc, QR);
 }
 
-AI void tile_q4_K(const struct mmq *a, int r, int t, int n_tok, const int QR)
+/* The fifth bits of sub-block j of a q5_K block (bit j of each qh byte),
+ * as 0 or 16 per byte. The 16-bit shifts move no bit across a byte boundary
+ * into bit 4: left by 4 - j <= 4, right by j - 4 <= 3. */
+AI __m256i q5k_hi(__m256i qh, int j)
+{
+    __m256i v = j < 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
+    return _mm256_and_si256(v, _mm256_set1_epi8(16));
+}
+
+/* q4_K and q5_K (Q5 set): the same scales, mins and nibbles, q5_K adding
+ * the fifth bit of each quant from qh. */
+AI void tile_kmin(const struct mmq *a, int r, int t, int n_tok, const int QR, const int Q5)
 {
     const int QT = 8 / QR;
+    const size_t wblock = Q5 ? sizeof(struct block_q5_K) : sizeof(struct block_q4_K);
+    const size_t qs_off = Q5 ? offsetof(struct block_q5_K, qs) : offsetof(struct block_q4_K, qs);
     const char *w[8], *x[2];
     int tt[2];
     tile_ptrs(a, r, t, n_tok, QR, w, x, tt);
@@ -347,18 +361,24 @@ AI void tile_q4_K(const struct mmq *a, int r, int t, int n_tok, const int QR)
             dx[j] = xb[j]->d;
         }
         for (int i = 0; i < QR; i++) {
-            const struct block_q4_K *wb = (const struct block_q4_K *)w[i] + b;
-            const uint64_t sc8 = q4k_scales8(wb->scales), m8 = q4k_mins8(wb->scales);
+            /* d, dmin, scales: the same 16 bytes at the head of both blocks */
+            const uint8_t *wb = (const uint8_t *)w[i] + (size_t)b * wblock, *qs = wb + qs_off;
+            const uint64_t sc8 = q4k_scales8(wb + 4), m8 = q4k_mins8(wb + 4);
             const __m128i mv = _mm_cvtsi64_si128((long long)m8);
             /* (m0, m0, m1, m1, ..) as int16, against the 16 block sums */
             const __m256i mmv = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv));
-            dw[i] = f16s(&wb->d);
-            dm[i] = f16s(&wb->dmin);
+            dw[i] = f16s(wb);
+            dm[i] = f16s(wb + 2);
             __m256i q[8];
             for (int c = 0; c < 4; c++) {
-                __m256i v = load256(wb->qs + 32 * c);
+                __m256i v = load256(qs + 32 * c);
                 q[2 * c] = _mm256_and_si256(v, m4);
                 q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            }
+            if (Q5) {
+                const __m256i qh = load256(wb + offsetof(struct block_q5_K, qh));
+                for (int sb = 0; sb < 8; sb++)
+                    q[sb] = _mm256_or_si256(q[sb], q5k_hi(qh, sb));
             }
             for (int j = 0; j < QT; j++) {
                 __m256i sacc = _mm256_setzero_si256();
@@ -446,8 +466,15 @@ DEF_MMQ(mmq_q8_0_8, tile_q8_0, 8)
 DEF_MMQ(mmq_q8_0_4, tile_q8_0, 4)
 DEF_MMQ(mmq_q4_0_8, tile_q4_0, 8)
 DEF_MMQ(mmq_q4_0_4, tile_q4_0, 4)
-DEF_MMQ(mmq_q4_K_8, tile_q4_K, 8)
-DEF_MMQ(mmq_q4_K_4, tile_q4_K, 4)
+#define DEF_MMQ_KMIN(name, Q5, QR)                                                                 \
+    static __attribute__((noinline)) void name(const struct mmq *a, int r, int t, int n)           \
+    {                                                                                              \
+        tile_kmin(a, r, t, n, QR, Q5);                                                             \
+    }
+DEF_MMQ_KMIN(mmq_q4_K_8, 0, 8)
+DEF_MMQ_KMIN(mmq_q4_K_4, 0, 4)
+DEF_MMQ_KMIN(mmq_q5_K_8, 1, 8)
+DEF_MMQ_KMIN(mmq_q5_K_4, 1, 4)
 DEF_MMQ(mmq_q6_K_8, tile_q6_K, 8)
 DEF_MMQ(mmq_q6_K_4, tile_q6_K, 4)
 
@@ -488,6 +515,10 @@ static void matmul_avx2(enum dtype wt, const void *W, size_t w_row_bytes, int k,
         break;
     case DTYPE_Q4_K:
         tile = one ? mmq_q4_K_8 : mmq_q4_K_4;
+        blck = QK_K;
+        break;
+    case DTYPE_Q5_K:
+        tile = one ? mmq_q5_K_8 : mmq_q5_K_4;
         blck = QK_K;
         break;
     case DTYPE_Q6_K:

@@ -19,9 +19,10 @@
  * Two panels (32 rows) x up to 6 tokens form the register tile, so each
  * activation broadcast feeds two vpdpbusd and each weight load six.
  * vpdpbusd multiplies unsigned by signed bytes: q8_0 weights are stored +128
- * (xor 0x80) and the block's integer starts at -128 * sum(x); q4_0, q4_K and
- * q6_K quants are unsigned already, their offsets folded in through -8 *
- * sum(x) or the q8_K block sums.
+ * (xor 0x80) and the block's integer starts at -128 * sum(x); q4_0, q4_K,
+ * q5_K and q6_K quants are unsigned already, their offsets folded in through
+ * -8 * sum(x) or the q8_K block sums. q5_K shares q4_K's panel layout and
+ * tiles (its quants, fifth bit included, are 0..31 where q4_K's are 0..15).
  *
  *   for token block (its activations stay in L2)
  *     for 32 rows: for chunk of blocks: repack 2 panels; for 6 tokens: tile
@@ -243,8 +244,8 @@ struct p32 {             /* one 32-element block (q8_0, q4_0) */
     int32_t w[8][PANEL]; /* dword g of each row: 4 quants as unsigned bytes */
 };
 
-struct pq4k {             /* one q4_K super-block */
-    int32_t w[64][PANEL]; /* dword g: quants 4g .. 4g + 3, 0..15 */
+struct pq4k {             /* one q4_K or q5_K super-block */
+    int32_t w[64][PANEL]; /* dword g: quants 4g .. 4g + 3, 0..15 (q5_K: 0..31) */
     int32_t sc[8][PANEL]; /* sub-block scale */
     int32_t mm[8][PANEL]; /* sub-block min, in both int16 halves */
     float d[PANEL];       /* super-block scale */
@@ -434,21 +435,40 @@ static void repack_q4_0(const char *const *rp, int b0, int nbc, struct p32 *P,
     }
 }
 
-static void repack_q4_K(const char *const *rp, int b0, int nbc, struct pq4k *P,
-                        const struct pfetch *pf)
+/* q5_K's fifth bits: bytes of q plus 16 where bit j of the same byte of qh is set. */
+AI __m512i q5k_or_hi(__m512i q, __m512i qh, __m512i bit)
 {
+    return _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, bit), q, _mm512_set1_epi8(16));
+}
+
+/* q4_K and q5_K (Q5 set) into the same panel layout: q5_K's quants, 0..31
+ * with their fifth bit, take the place of q4_K's nibbles (vpdpbusd takes
+ * either exactly), so both run the same tiles. */
+AI void repack_kmin(const char *const *rp, int b0, int nbc, struct pq4k *P, const struct pfetch *pf,
+                    const int Q5)
+{
+    const size_t wblock = Q5 ? sizeof(struct block_q5_K) : sizeof(struct block_q4_K);
+    const size_t qs_off = Q5 ? offsetof(struct block_q5_K, qs) : offsetof(struct block_q4_K, qs);
     const struct tperm tp = tperm_load();
     const __m512i m4 = _mm512_set1_epi8(15);
     for (int b = 0; b < nbc; b++) {
         pfetch_block(pf, b0 + b);
-        size_t off = (size_t)(b0 + b) * sizeof(struct block_q4_K);
+        size_t off = (size_t)(b0 + b) * wblock;
+        /* qh dword g of each row: the fifth bits of elements 32 j + 4 g .. + 3, bit j */
+        __m512i hb[8];
+        if (Q5) load32x8(&tp, rp, off + offsetof(struct block_q5_K, qh), hb);
         for (int c = 0; c < 4; c++) {
             __m512i o[8];
-            load32x8(&tp, rp, off + offsetof(struct block_q4_K, qs) + 32 * (size_t)c, o);
+            load32x8(&tp, rp, off + qs_off + 32 * (size_t)c, o);
             for (int g = 0; g < 8; g++) {
-                _mm512_store_si512(P[b].w[16 * c + g], _mm512_and_si512(o[g], m4));
-                _mm512_store_si512(P[b].w[16 * c + 8 + g],
-                                   _mm512_and_si512(_mm512_srli_epi16(o[g], 4), m4));
+                __m512i lo = _mm512_and_si512(o[g], m4);
+                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(o[g], 4), m4);
+                if (Q5) { /* sub-blocks 2c (low nibbles) and 2c + 1 (high) */
+                    lo = q5k_or_hi(lo, hb[g], _mm512_set1_epi8((char)(1 << (2 * c))));
+                    hi = q5k_or_hi(hi, hb[g], _mm512_set1_epi8((char)(2 << (2 * c))));
+                }
+                _mm512_store_si512(P[b].w[16 * c + g], lo);
+                _mm512_store_si512(P[b].w[16 * c + 8 + g], hi);
             }
         }
         /* bytes 0..15 of the block: d | dmin, scales 0..3, 4..7, 8..11 */
@@ -472,6 +492,18 @@ static void repack_q4_K(const char *const *rp, int b0, int nbc, struct pq4k *P,
             _mm512_store_si512(P[b].mm[j + 4], _mm512_or_si512(m4v, _mm512_slli_epi32(m4v, 16)));
         }
     }
+}
+
+static void repack_q4_K(const char *const *rp, int b0, int nbc, struct pq4k *P,
+                        const struct pfetch *pf)
+{
+    repack_kmin(rp, b0, nbc, P, pf, 0);
+}
+
+static void repack_q5_K(const char *const *rp, int b0, int nbc, struct pq4k *P,
+                        const struct pfetch *pf)
+{
+    repack_kmin(rp, b0, nbc, P, pf, 1);
 }
 
 static void repack_q6_K(const char *const *rp, int b0, int nbc, struct pq6k *P,
@@ -922,30 +954,48 @@ static const int8_t SC_PAIR_CTRL[4][64] = {
 #undef SCW
 };
 
-AI void gemv_q4_K(const struct qgemv *g, int r, const int T)
+/* q4_K and q5_K (Q5 set). Vector v of a block's quants holds sub-blocks
+ * (0, 2), (1, 3), (4, 6), (5, 7) in its two halves (the activations are
+ * regrouped to match, prep_q4_K_gemv); for q5_K the fifth bits of those
+ * sub-blocks come from the block's 32 qh bytes, repeated in both halves.
+ * vpmaddubsw's int16 pairs do not saturate: |pair| <= 2 * 31 * 127 = 7874. */
+AI void gemv_kmin(const struct qgemv *g, int r, const int T, const int Q5)
 {
+    const size_t wblock = Q5 ? sizeof(struct block_q5_K) : sizeof(struct block_q4_K);
+    const size_t qs_off = Q5 ? offsetof(struct block_q5_K, qs) : offsetof(struct block_q4_K, qs);
     const char *rp[PANEL];
     gemv_rows(g, r, rp);
     const struct pfetch pf = gemv_pfetch(g, r);
     const struct tperm tp = tperm_load();
     const __m512i m4 = _mm512_set1_epi8(15);
-    __m512i ctrl[4];
-    for (int v = 0; v < 4; v++)
+    __m512i ctrl[4], hsel[4];
+    for (int v = 0; v < 4; v++) {
+        const int j = (v & 1) + 4 * (v >> 1); /* sub-block of the low half */
         ctrl[v] = _mm512_loadu_si512(SC_PAIR_CTRL[v]);
+        hsel[v] = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << j)),
+                                     _mm256_set1_epi8((char)(4 << j)), 1);
+    }
     __m512 acc[GEMV_T];
     for (int t = 0; t < T; t++)
         acc[t] = _mm512_setzero_ps();
     for (int b = 0; b < g->nb; b++) {
         pfetch_block(&pf, b);
-        const size_t off = (size_t)b * sizeof(struct block_q4_K);
+        const size_t off = (size_t)b * wblock;
         __m512i part[GEMV_T][PANEL];
         for (int i = 0; i < PANEL; i++) {
             const uint8_t *blk = (const uint8_t *)rp[i] + off;
             const __m512i scb = _mm512_set1_epi64((long long)q4k_scales8(blk + 4));
-            const __m512i q0 = _mm512_loadu_si512(blk + 16), q1 = _mm512_loadu_si512(blk + 80);
-            const __m512i q[4] = {
+            const __m512i q0 = _mm512_loadu_si512(blk + qs_off);
+            const __m512i q1 = _mm512_loadu_si512(blk + qs_off + 64);
+            __m512i q[4] = {
                 _mm512_and_si512(q0, m4), _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4),
                 _mm512_and_si512(q1, m4), _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4)};
+            if (Q5) {
+                const __m512i qh = _mm512_broadcast_i64x4(
+                    _mm256_loadu_si256((const __m256i *)(blk + offsetof(struct block_q5_K, qh))));
+                for (int v = 0; v < 4; v++)
+                    q[v] = q5k_or_hi(q[v], qh, hsel[v]);
+            }
             for (int t = 0; t < T; t++) {
                 const int8_t *x = g->xk[t] + (size_t)b * QK_K;
                 __m512i a = _mm512_setzero_si512();
@@ -1070,18 +1120,27 @@ DEF_GEMV(gemv_q4_0_1, gemv_q4_0, 1)
 DEF_GEMV(gemv_q4_0_2, gemv_q4_0, 2)
 DEF_GEMV(gemv_q4_0_3, gemv_q4_0, 3)
 DEF_GEMV(gemv_q4_0_4, gemv_q4_0, 4)
-DEF_GEMV(gemv_q4_K_1, gemv_q4_K, 1)
-DEF_GEMV(gemv_q4_K_2, gemv_q4_K, 2)
-DEF_GEMV(gemv_q4_K_3, gemv_q4_K, 3)
-DEF_GEMV(gemv_q4_K_4, gemv_q4_K, 4)
+#define DEF_GEMV_KMIN(name, Q5, T)                                                                 \
+    static __attribute__((noinline)) void name(const struct qgemv *g, int r)                       \
+    {                                                                                              \
+        gemv_kmin(g, r, T, Q5);                                                                    \
+    }
+DEF_GEMV_KMIN(gemv_q4_K_1, 0, 1)
+DEF_GEMV_KMIN(gemv_q4_K_2, 0, 2)
+DEF_GEMV_KMIN(gemv_q4_K_3, 0, 3)
+DEF_GEMV_KMIN(gemv_q4_K_4, 0, 4)
+DEF_GEMV_KMIN(gemv_q5_K_1, 1, 1)
+DEF_GEMV_KMIN(gemv_q5_K_2, 1, 2)
+DEF_GEMV_KMIN(gemv_q5_K_3, 1, 3)
+DEF_GEMV_KMIN(gemv_q5_K_4, 1, 4)
 DEF_GEMV(gemv_q6_K_1, gemv_q6_K, 1)
 DEF_GEMV(gemv_q6_K_2, gemv_q6_K, 2)
 DEF_GEMV(gemv_q6_K_3, gemv_q6_K, 3)
 DEF_GEMV(gemv_q6_K_4, gemv_q6_K, 4)
 
-/* q4_K decode activations: each block's quants regrouped as
+/* q4_K / q5_K decode activations: each block's quants regrouped as
  * [0..31 | 64..95], [32..63 | 96..127], [128..159 | 192..223], [160..191 | 224..255]
- * to line up with low / high nibbles of 64 bytes of q4_K quants. */
+ * to line up with low / high nibbles of 64 bytes of q4_K (q5_K) quants. */
 static void prep_q4_K_gemv(const char *xq, size_t xrb, int n_tok, int nb, int8_t *out)
 {
     static const int order[8] = {0, 2, 1, 3, 4, 6, 5, 7};
@@ -1121,6 +1180,10 @@ static void repack_q4_K_v(const char *const *rp, int b0, int nbc, void *P, const
 {
     repack_q4_K(rp, b0, nbc, P, pf);
 }
+static void repack_q5_K_v(const char *const *rp, int b0, int nbc, void *P, const struct pfetch *pf)
+{
+    repack_q5_K(rp, b0, nbc, P, pf);
+}
 static void repack_q6_K_v(const char *const *rp, int b0, int nbc, void *P, const struct pfetch *pf)
 {
     repack_q6_K(rp, b0, nbc, P, pf);
@@ -1156,6 +1219,16 @@ static const struct qtype qt_q4_K = {sizeof(struct block_q4_K),
                                      tile_q4k_fns,
                                      TILE_T2K,
                                      {NULL, gemv_q4_K_1, gemv_q4_K_2, gemv_q4_K_3, gemv_q4_K_4}};
+static const struct qtype qt_q5_K = {sizeof(struct block_q5_K),
+                                     QK_K,
+                                     sizeof(struct pq4k),
+                                     2,
+                                     sizeof(struct block_q8_K),
+                                     0,
+                                     repack_q5_K_v,
+                                     tile_q4k_fns,
+                                     TILE_T2K,
+                                     {NULL, gemv_q5_K_1, gemv_q5_K_2, gemv_q5_K_3, gemv_q5_K_4}};
 static const struct qtype qt_q6_K = {sizeof(struct block_q6_K),
                                      QK_K,
                                      sizeof(struct pq6k),
@@ -1222,7 +1295,7 @@ static void matmul_quant(const struct qtype *qt, const void *W, size_t wrb, int 
     if (n_tok <= GEMV_T) {
         struct qgemv g = {(const char *)W, wrb, nb, r1, {NULL}, {NULL}, {NULL}, {NULL}};
         int8_t *xk = NULL;
-        if (qt->tiles == tile_q4k_fns) {
+        if (qt->tiles == tile_q4k_fns) { /* q4_K, q5_K */
             xk = kern__scratch(KERN__SLOT_PANEL, (size_t)n_tok * nb * QK_K);
             prep_q4_K_gemv(xq, xrb, n_tok, nb, xk);
         }
@@ -1531,6 +1604,9 @@ static void matmul_avx512(enum dtype wt, const void *W, size_t w_row_bytes, int 
         return;
     case DTYPE_Q4_K:
         matmul_quant(&qt_q4_K, W, w_row_bytes, k, r0, r1, xq, x_row_bytes, n_tok, y, ldy);
+        return;
+    case DTYPE_Q5_K:
+        matmul_quant(&qt_q5_K, W, w_row_bytes, k, r0, r1, xq, x_row_bytes, n_tok, y, ldy);
         return;
     case DTYPE_Q6_K:
         matmul_quant(&qt_q6_K, W, w_row_bytes, k, r0, r1, xq, x_row_bytes, n_tok, y, ldy);

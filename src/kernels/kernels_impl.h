@@ -9,15 +9,15 @@
  * demands), with one documented exception, bf16 weights at the AVX-512 level
  * (vdpbf16ps, see kernels_avx512.c):
  *
- *  - quantized weights (q8_0, q4_0 with q8_0 activations; q4_K, q6_K with
- *    q8_K activations): each block's integer dot product is computed exactly
- *    (int32; any instruction sequence gives the same integer), then one
- *    float chain per element in block order:
+ *  - quantized weights (q8_0, q4_0 with q8_0 activations; q4_K, q5_K, q6_K
+ *    with q8_K activations): each block's integer dot product is computed
+ *    exactly (int32; any instruction sequence gives the same integer), then
+ *    one float chain per element in block order:
  *      q8_0, q4_0:  acc = fma((float)isum_b, dw_b * dx_b, acc)
  *      q6_K:        acc = fma((float)A_b, dw_b * dx_b, acc)
- *      q4_K:        acc = fma((float)A_b, dw_b * dx_b, acc);
+ *      q4_K, q5_K:  acc = fma((float)A_b, dw_b * dx_b, acc);
  *                   acc = fma((float)-B_b, dmin_b * dx_b, acc)
- *    where for q4_K  A = sum_j sc_j * sum_{i in j} q_i x_i,  B = sum_j m_j * sum_{i in j} x_i
+ *    where for q4_K, q5_K  A = sum_j sc_j * sum_{i in j} q_i x_i,  B = sum_j m_j * sum_{i in j} x_i
  *    and for q6_K    A = sum_j sc_j * sum_{i in j} q_i x_i - 32 * sum_j sc_j * bsums_j
  *    (q_i the unsigned quants). acc starts at +0.
  *  - float weights (f32, f16, and bf16 below AVX-512; activations f32): 16

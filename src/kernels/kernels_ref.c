@@ -15,6 +15,7 @@
  *   q4_K  per 32: scale = (max - min) / 15 with min clamped to <= 0; the 8
  *         scales and 8 (negated) mins are quantized to 6 bits against the
  *         super-block's largest; quants use the rounded scales.
+ *   q5_K  the same search with 31 in place of 15 (kquant_block).
  *   q6_K  per 16: scale = (value of largest magnitude) / -32; the 16 scales
  *         are quantized to int8 against the largest; quants use the rounded
  *         scales, clamped to [-32, 31].
@@ -125,44 +126,71 @@ static void q4k_pack_scales(uint8_t s[12], const int sc[8], const int m[8])
     }
 }
 
+/* The search q4_K and q5_K share, for one super-block of x: quants 0..qmax
+ * (15 or 31) into q in element order, the f16 d and dmin, the packed
+ * six-bit scales and mins. */
+static void kquant_block(const float *x, int qmax, uint8_t q[QK_K], uint16_t *d16, uint16_t *dmin16,
+                         uint8_t scales[12])
+{
+    float scale[8], mins[8], max_scale = 0.0f, max_min = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        const float *s = x + 32 * j;
+        float lo = s[0], hi = s[0];
+        for (int i = 1; i < 32; i++) {
+            lo = fminf(lo, s[i]);
+            hi = fmaxf(hi, s[i]);
+        }
+        if (lo > 0.0f) lo = 0.0f;
+        scale[j] = (hi - lo) / (float)qmax;
+        mins[j] = -lo;
+        max_scale = fmaxf(max_scale, scale[j]);
+        max_min = fmaxf(max_min, mins[j]);
+    }
+    float d = max_scale / 63.0f, dmin = max_min / 63.0f;
+    *d16 = kern__f32_to_f16(d);
+    *dmin16 = kern__f32_to_f16(dmin);
+    float dq = kern__f16_to_f32(*d16), dminq = kern__f16_to_f32(*dmin16);
+    int sc[8], m[8];
+    for (int j = 0; j < 8; j++) {
+        sc[j] = dq > 0.0f ? round_clamp(scale[j] / dq, 0, 63) : 0;
+        m[j] = dminq > 0.0f ? round_clamp(mins[j] / dminq, 0, 63) : 0;
+    }
+    q4k_pack_scales(scales, sc, m);
+    for (int j = 0; j < 8; j++) {
+        float step = dq * (float)sc[j], off = dminq * (float)m[j];
+        for (int i = 0; i < 32; i++) {
+            float v = step > 0.0f ? (x[32 * j + i] + off) / step : 0.0f;
+            q[32 * j + i] = (uint8_t)round_clamp(v, 0, qmax);
+        }
+    }
+}
+
+/* The low nibbles of q (element order, 0..31) in q4_K's order. */
+static void kquant_pack_nibbles(const uint8_t q[QK_K], uint8_t qs[QK_K / 2])
+{
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++)
+            qs[32 * c + l] = (uint8_t)((q[64 * c + l] & 15) | (q[64 * c + 32 + l] & 15) << 4);
+}
+
 static void quantize_q4_K(const float *x, struct block_q4_K *y, int64_t nb)
 {
     for (int64_t b = 0; b < nb; b++, x += QK_K) {
-        float scale[8], mins[8], max_scale = 0.0f, max_min = 0.0f;
-        for (int j = 0; j < 8; j++) {
-            const float *s = x + 32 * j;
-            float lo = s[0], hi = s[0];
-            for (int i = 1; i < 32; i++) {
-                lo = fminf(lo, s[i]);
-                hi = fmaxf(hi, s[i]);
-            }
-            if (lo > 0.0f) lo = 0.0f;
-            scale[j] = (hi - lo) / 15.0f;
-            mins[j] = -lo;
-            max_scale = fmaxf(max_scale, scale[j]);
-            max_min = fmaxf(max_min, mins[j]);
-        }
-        float d = max_scale / 63.0f, dmin = max_min / 63.0f;
-        y[b].d = kern__f32_to_f16(d);
-        y[b].dmin = kern__f32_to_f16(dmin);
-        float dq = kern__f16_to_f32(y[b].d), dminq = kern__f16_to_f32(y[b].dmin);
-        int sc[8], m[8];
-        for (int j = 0; j < 8; j++) {
-            sc[j] = dq > 0.0f ? round_clamp(scale[j] / dq, 0, 63) : 0;
-            m[j] = dminq > 0.0f ? round_clamp(mins[j] / dminq, 0, 63) : 0;
-        }
-        q4k_pack_scales(y[b].scales, sc, m);
         uint8_t q[QK_K];
-        for (int j = 0; j < 8; j++) {
-            float step = dq * (float)sc[j], off = dminq * (float)m[j];
-            for (int i = 0; i < 32; i++) {
-                float v = step > 0.0f ? (x[32 * j + i] + off) / step : 0.0f;
-                q[32 * j + i] = (uint8_t)round_clamp(v, 0, 15);
-            }
-        }
-        for (int c = 0; c < 4; c++)
-            for (int l = 0; l < 32; l++)
-                y[b].qs[32 * c + l] = (uint8_t)(q[64 * c + l] | q[64 * c + 32 + l] << 4);
+        kquant_block(x, 15, q, &y[b].d, &y[b].dmin, y[b].scales);
+        kquant_pack_nibbles(q, y[b].qs);
+    }
+}
+
+static void quantize_q5_K(const float *x, struct block_q5_K *y, int64_t nb)
+{
+    for (int64_t b = 0; b < nb; b++, x += QK_K) {
+        uint8_t q[QK_K];
+        kquant_block(x, 31, q, &y[b].d, &y[b].dmin, y[b].scales);
+        kquant_pack_nibbles(q, y[b].qs);
+        memset(y[b].qh, 0, sizeof(y[b].qh));
+        for (int e = 0; e < QK_K; e++)
+            y[b].qh[e % 32] |= (uint8_t)((q[e] >> 4) << (e / 32));
     }
 }
 
@@ -234,6 +262,9 @@ void kern_quantize_row(enum dtype t, const float *x, void *y, int64_t n)
     case DTYPE_Q4_K:
         quantize_q4_K(x, y, n / QK_K);
         return;
+    case DTYPE_Q5_K:
+        quantize_q5_K(x, y, n / QK_K);
+        return;
     case DTYPE_Q6_K:
         quantize_q6_K(x, y, n / QK_K);
         return;
@@ -291,6 +322,19 @@ void kern_dequantize_row(enum dtype t, const void *x, float *y, int64_t n)
             }
         }
         return;
+    case DTYPE_Q5_K:
+        for (int64_t b = 0; b < n / QK_K; b++) {
+            const struct block_q5_K *blk = (const struct block_q5_K *)x + b;
+            float d = kern__f16_to_f32(blk->d), dmin = kern__f16_to_f32(blk->dmin);
+            for (int j = 0; j < 8; j++) {
+                int sc, m;
+                q4k_scale_min(blk->scales, j, &sc, &m);
+                float step = d * (float)sc, off = dmin * (float)m;
+                for (int i = 0; i < 32; i++)
+                    y[b * QK_K + 32 * j + i] = step * (float)q5k_quant(blk, 32 * j + i) - off;
+            }
+        }
+        return;
     case DTYPE_Q6_K:
         for (int64_t b = 0; b < n / QK_K; b++) {
             const struct block_q6_K *blk = (const struct block_q6_K *)x + b;
@@ -320,6 +364,7 @@ enum dtype kern_act_type(enum dtype wt)
     case DTYPE_Q4_0:
         return DTYPE_Q8_0;
     case DTYPE_Q4_K:
+    case DTYPE_Q5_K:
     case DTYPE_Q6_K:
         return DTYPE_Q8_K;
     case DTYPE_BF16:
@@ -433,6 +478,26 @@ static float dot_q4_K(const struct block_q4_K *w, const struct block_q8_K *x, in
     return acc;
 }
 
+static float dot_q5_K(const struct block_q5_K *w, const struct block_q8_K *x, int nb)
+{
+    float acc = 0.0f;
+    for (int b = 0; b < nb; b++) {
+        int32_t A = 0, B = 0;
+        for (int j = 0; j < 8; j++) {
+            int sc, m, isum = 0;
+            q4k_scale_min(w[b].scales, j, &sc, &m);
+            for (int i = 0; i < 32; i++)
+                isum += q5k_quant(&w[b], 32 * j + i) * x[b].qs[32 * j + i];
+            A += sc * isum;
+            B += m * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+        }
+        float dx = x[b].d;
+        acc = fmaf((float)A, kern__f16_to_f32(w[b].d) * dx, acc);
+        acc = fmaf((float)-B, kern__f16_to_f32(w[b].dmin) * dx, acc);
+    }
+    return acc;
+}
+
 static float dot_q6_K(const struct block_q6_K *w, const struct block_q8_K *x, int nb)
 {
     float acc = 0.0f;
@@ -514,6 +579,9 @@ void kern__matmul_ref(enum dtype wt, const void *W, size_t w_row_bytes, int k, i
                 break;
             case DTYPE_Q4_K:
                 v = dot_q4_K(w, x, k / QK_K);
+                break;
+            case DTYPE_Q5_K:
+                v = dot_q5_K(w, x, k / QK_K);
                 break;
             case DTYPE_Q6_K:
                 v = dot_q6_K(w, x, k / QK_K);

@@ -84,6 +84,20 @@ static bool layout_of(enum dtype wt, struct layout *L)
                              0,
                              0};
         return true;
+    case DTYPE_Q5_K:
+        *L = (struct layout){QK_K,
+                             sizeof(struct block_q5_K),
+                             Q5KX16_SB,
+                             3,
+                             {{offsetof(struct block_q5_K, qs), 0, 32, 0},
+                              {offsetof(struct block_q5_K, qh), 2048, 8, 0},
+                              {offsetof(struct block_q5_K, scales), 2560, 3, 0}},
+                             {offsetof(struct block_q5_K, d), offsetof(struct block_q5_K, dmin)},
+                             64,
+                             0,
+                             0,
+                             0};
+        return true;
     case DTYPE_Q6_K:
         *L = (struct layout){QK_K,
                              sizeof(struct block_q6_K),

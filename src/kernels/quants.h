@@ -12,6 +12,10 @@
  *                 x[64c + l]      = d * sc[2c]     * (qs[32c + l] & 15) - dmin * m[2c]
  *                 x[64c + 32 + l] = d * sc[2c + 1] * (qs[32c + l] >> 4) - dmin * m[2c + 1]
  *               (sc, m: 8 six-bit values packed in scales[12], see q4k_scale_min)
+ *   q5_K (256)  q4_K's nibbles and scales plus a fifth bit from qh[32]; for
+ *               sub-block j (elements 32j .. 32j + 31), l < 32:
+ *                 q(32j + l) = (q4_K nibble of 32j + l) | ((qh[l] >> j) & 1) << 4   (0..31)
+ *                 x[32j + l] = d * sc[j] * q(32j + l) - dmin * m[j]
  *   q6_K (256)  2 halves of 128; half h uses ql[64h ..], qh[32h ..], l < 32:
  *                 q(128h + l)      = (ql[64h + l]      & 15) | ((qh[32h + l] >> 0) & 3) << 4
  *                 q(128h + 32 + l) = (ql[64h + 32 + l] & 15) | ((qh[32h + l] >> 2) & 3) << 4
@@ -51,6 +55,14 @@ struct block_q4_K {
     uint8_t qs[QK_K / 2]; /* nibbles, see the layout above */
 };
 
+struct block_q5_K {
+    uint16_t d;           /* f16 super-block scale of the sub-block scales */
+    uint16_t dmin;        /* f16 super-block scale of the sub-block mins */
+    uint8_t scales[12];   /* 8 six-bit scales and 8 six-bit mins, packed as in q4_K */
+    uint8_t qh[QK_K / 8]; /* fifth bits: bit j of qh[l] belongs to element 32j + l */
+    uint8_t qs[QK_K / 2]; /* low nibbles, laid out as q4_K's */
+};
+
 struct block_q6_K {
     uint8_t ql[QK_K / 2];     /* low 4 bits of the quants */
     uint8_t qh[QK_K / 4];     /* high 2 bits of the quants */
@@ -67,6 +79,11 @@ struct block_q8_K {
 _Static_assert(sizeof(struct block_q4_0) == 18, "q4_0 block size");
 _Static_assert(sizeof(struct block_q8_0) == 34, "q8_0 block size");
 _Static_assert(sizeof(struct block_q4_K) == 144, "q4_K block size");
+_Static_assert(sizeof(struct block_q5_K) == 176, "q5_K block size");
+/* q4_K and q5_K open with the same 16 bytes (d, dmin, scales), which the
+ * kernels of both read at the same offsets */
+_Static_assert(offsetof(struct block_q5_K, scales) == 4 && offsetof(struct block_q4_K, scales) == 4,
+               "q4_K / q5_K head");
 _Static_assert(sizeof(struct block_q6_K) == 210, "q6_K block size");
 _Static_assert(sizeof(struct block_q8_K) == 292, "q8_K block size");
 
@@ -98,6 +115,14 @@ _Static_assert(sizeof(struct block_q8_K) == 292, "q8_K block size");
  *   scales  at 2048 + (16 s + l) * 4, s < 3: dword s of scales[12] of row l
  *   and at nb * 2240 + 64 b + 2 l the f16 d of row l, at + 32 its f16 dmin.
  *
+ * q5_Kx16, nb = k / 256; panel at p * q5kx16_panel_bytes(nb); super-block
+ * b's bytes at b * 2752:
+ *   quants  at (16 g + l) * 4, g < 32: dword g of qs of row l, as q4_Kx16
+ *   qh      at 2048 + (16 g + l) * 4, g < 8: dword g of qh of row l (bit j
+ *           of its byte i: the fifth bit of element 32 j + 4 g + i)
+ *   scales  at 2560 + (16 s + l) * 4, s < 3: dword s of scales[12] of row l
+ *   and at nb * 2752 + 64 b + 2 l the f16 d of row l, at + 32 its f16 dmin.
+ *
  * q6_Kx16, nb = k / 256; panel at p * q6kx16_panel_bytes(nb); super-block
  * b's bytes at b * 3328:
  *   ql      at (16 g + l) * 4, g < 32: dword g of ql of row l
@@ -124,11 +149,17 @@ static inline size_t q4x16_panel_bytes(int nb)
 }
 
 #define Q4KX16_SB 2240 /* bytes of one q4_Kx16 super-block before the d/dmin area */
+#define Q5KX16_SB 2752 /* bytes of one q5_Kx16 super-block before the d/dmin area */
 #define Q6KX16_SB 3328 /* bytes of one q6_Kx16 super-block before the d area */
 
 static inline size_t q4kx16_panel_bytes(int nb)
 {
     return (size_t)nb * (Q4KX16_SB + 64);
+}
+
+static inline size_t q5kx16_panel_bytes(int nb)
+{
+    return (size_t)nb * (Q5KX16_SB + 64);
 }
 
 static inline size_t q6kx16_panel_bytes(int nb)
@@ -191,6 +222,15 @@ static inline int q4k_quant(const struct block_q4_K *b, int e)
     int c = e / 64, r = e % 64;
     uint8_t v = b->qs[32 * c + r % 32];
     return r < 32 ? v & 15 : v >> 4;
+}
+
+/* Quant (0..31) of element e (0..255) of a q5_K block. */
+static inline int q5k_quant(const struct block_q5_K *b, int e)
+{
+    int c = e / 64, r = e % 64;
+    uint8_t v = b->qs[32 * c + r % 32];
+    int lo = r < 32 ? v & 15 : v >> 4;
+    return lo | ((b->qh[e % 32] >> (e / 32)) & 1) << 4;
 }
 
 /* Unaligned little-endian loads. */

@@ -163,7 +163,9 @@ static void build_plan(const struct model_hparams *hp, struct plan *p)
 static enum dtype matrix_type(enum dtype want, int64_t cols)
 {
     if (cols % dtype_info(want)->blck == 0) return want;
-    enum dtype t = want == DTYPE_Q4_K ? DTYPE_Q4_0 : want == DTYPE_Q6_K ? DTYPE_Q8_0 : DTYPE_F16;
+    enum dtype t = want == DTYPE_Q4_K                         ? DTYPE_Q4_0
+                   : want == DTYPE_Q5_K || want == DTYPE_Q6_K ? DTYPE_Q8_0
+                                                              : DTYPE_F16;
     return cols % dtype_info(t)->blck == 0 ? t : DTYPE_F16;
 }
 
@@ -181,6 +183,8 @@ static uint32_t file_type(enum dtype t)
         return 7; /* MOSTLY_Q8_0 */
     case DTYPE_Q4_K:
         return 14; /* MOSTLY_Q4_K_S: every matrix q4_k */
+    case DTYPE_Q5_K:
+        return 16; /* MOSTLY_Q5_K_S: every matrix q5_k */
     case DTYPE_Q6_K:
         return 18; /* MOSTLY_Q6_K */
     case DTYPE_BF16:

@@ -26,10 +26,10 @@
  * <arch>.vocab_size and the tokenizer keys. Norm weights and biases are f32;
  * every 2-D matrix (token_embd and output included) has opts.type. When a
  * matrix's row length is not a multiple of that type's block (the K-quants'
- * 256: qwen2.5-0.5b's 896-wide rows), q4_k falls back to q4_0 and q6_k to
- * q8_0 for that tensor (f16 if even 32 does not divide it), and a note says
- * so. (llama.cpp's quantizer does the same, but takes q5_0 for q4_k; we
- * have no q5_0.)
+ * 256: qwen2.5-0.5b's 896-wide rows), q4_k falls back to q4_0, q5_k and
+ * q6_k to q8_0 for that tensor (f16 if even 32 does not divide it), and a
+ * note says so. (llama.cpp's quantizer does the same, but takes q5_0 for
+ * q4_k and q5_1 for q5_k; we have neither.)
  *
  * Random weights: element i of tensor t is a function of (seed, t, i) only -
  * splitmix64 keyed by the three - so rows are generated and quantized in

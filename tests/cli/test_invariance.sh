@@ -9,7 +9,7 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 prompt=$(seq -s, 1000 37 3200)   # 60 tokens
 # each weight type over the default f16 KV cache, and q8_0 and f32 over a bf16
 # one (attention then runs vdpbf16ps at the AVX-512 level)
-for config in f32 f16 bf16 q8_0 q4_0 q4_k q6_k q8_0:bf16 f32:bf16; do
+for config in f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q8_0:bf16 f32:bf16; do
     type=${config%%:*}; kv=f16
     [ "$config" != "$type" ] && kv=${config#*:}
     m=$(model "tiny-qwen3-$type" --preset tiny --arch qwen3 --type "$type")

@@ -12,10 +12,10 @@ cat >"$work/check.py" <<'EOF'
 # message per mismatch. NAME=TYPE overrides the expected type of a tensor.
 import struct, sys
 
-GGML = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "q4_k": 12, "q6_k": 14, "bf16": 30}
-BLOCK = {0: (1, 4), 1: (1, 2), 2: (32, 18), 8: (32, 34), 12: (256, 144), 14: (256, 210),
-         30: (1, 2)}
-FTYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "q4_k": 14, "q6_k": 18, "bf16": 32}
+GGML = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "q4_k": 12, "q5_k": 13, "q6_k": 14, "bf16": 30}
+BLOCK = {0: (1, 4), 1: (1, 2), 2: (32, 18), 8: (32, 34), 12: (256, 144), 13: (256, 176),
+         14: (256, 210), 30: (1, 2)}
+FTYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "q4_k": 14, "q5_k": 16, "q6_k": 18, "bf16": 32}
 SHAPES = {  # preset tiny
     "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head_dim": 64, "n_ff": 768, "ctx": 4096}
 
@@ -163,7 +163,7 @@ EOF
 # Every arch x every type (models shared with other tests through lib.sh).
 for arch in qwen3 qwen2 llama; do
     if [ "$arch" = llama ]; then vocab=128256; tied=0; else vocab=151669; tied=1; fi
-    for type in f32 f16 bf16 q8_0 q4_0 q4_k q6_k; do
+    for type in f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k; do
         m=$(model "tiny-$arch-$type" --preset tiny --arch "$arch" --type "$type")
         if $PY "$work/check.py" "$m" "$arch" "$type" 2 "$vocab" "$tied"; then
             ok "tiny $arch $type"
@@ -189,10 +189,13 @@ if grep -q "gpt2 / deepseek-v3" "$work/ds.out" && grep -q "ctx 512" "$work/ds.ou
     && grep -q "128815 tokens" "$work/ds.out" && grep -q "tied output" "$work/ds.out"
 then ok "deepseek tokenizer"; else fail "deepseek tokenizer"; cat "$work/ds.out"; fi
 
-# K-quant rows of 896 fall back (q6_k -> q8_0) with a note; 4864-wide
-# ffn_down rows stay q6_k. The vocabulary is padded to Qwen2.5's 151936.
-if "$INFERD_BIN" model make --preset qwen2.5-0.5b --layers 1 --type q6_k -o "$work/q.gguf" \
-    >/dev/null 2>"$work/q.err" && grep -q "note: rows of 896" "$work/q.err" && $PY - "$work/q.gguf" <<'EOF'
+# K-quant rows of 896 fall back (q5_k, q6_k -> q8_0) with a note; 4864-wide
+# ffn_down rows keep the K-quant. The vocabulary is padded to Qwen2.5's 151936.
+for kq in q5_k:13 q6_k:14; do
+ktype=${kq%:*} kid=${kq#*:}
+if "$INFERD_BIN" model make --preset qwen2.5-0.5b --layers 1 --type "$ktype" -o "$work/q.gguf" \
+    >/dev/null 2>"$work/q.err" && grep -q "note: rows of 896" "$work/q.err" \
+    && $PY - "$work/q.gguf" "$kid" <<'EOF'
 import struct, sys
 buf = open(sys.argv[1], "rb").read()
 pos = 24
@@ -217,12 +220,14 @@ for _ in range(n_tensors):
     ne = [take("Q") for _ in range(take("I"))]; types[name] = (take("I"), ne); take("Q")
 want = {"token_embd.weight": (8, [896, 151936]), "blk.0.attn_q.weight": (8, [896, 896]),
         "blk.0.attn_q.bias": (0, [896]), "blk.0.attn_k.weight": (8, [896, 128]),
-        "blk.0.ffn_down.weight": (14, [4864, 896]), "blk.0.ffn_up.weight": (8, [896, 4864])}
+        "blk.0.ffn_down.weight": (int(sys.argv[2]), [4864, 896]),
+        "blk.0.ffn_up.weight": (8, [896, 4864])}
 bad = {k: types.get(k) for k, v in want.items() if types.get(k) != v}
 print(bad or "", end="")
 sys.exit(1 if bad or "output.weight" in types else 0)
 EOF
-then ok "qwen2.5-0.5b q6_k fall-back"; else fail "qwen2.5-0.5b q6_k fall-back"; cat "$work/q.err"; fi
+then ok "qwen2.5-0.5b $ktype fall-back"; else fail "qwen2.5-0.5b $ktype fall-back"; cat "$work/q.err"; fi
+done
 
 # Same seed -> same bytes, whatever the threads; another seed -> other bytes.
 mk() { "$INFERD_BIN" model make --preset tiny --layers 1 --type q4_k "$@" >/dev/null; }

@@ -49,6 +49,8 @@ def applicable(model, pname):
         return not model.tied
     if pname.startswith("q4k"):
         return "q4_k" in types
+    if pname == "q5k_high":
+        return "q5_k" in types
     if pname == "q6k_high":
         return "q6_k" in types
     if pname == "q4_0_offset":
@@ -123,7 +125,7 @@ def main(argv):
     if args.synthetic:
         os.makedirs(args.synthetic, exist_ok=True)
         for arch in ("llama", "qwen2", "qwen3"):
-            for wtype in ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"):
+            for wtype in ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"):
                 p = os.path.join(args.synthetic, "syn-%s-%s-%d.gguf" % (arch, wtype, args.vocab))
                 if not os.path.exists(p):
                     forward_ref.make_synthetic_model(p, arch, wtype, n_vocab=args.vocab,

@@ -24,7 +24,8 @@ dequantized weights, so it is the exact-math answer for a given GGUF file:
 Two kinds of switch exist only for testing the test:
 
   --perturb NAME   deliberately wrong math (swapped rope style, dropped bias,
-                   transposed weight, wrong GQA mapping, mis-decoded q4_K...).
+                   transposed weight, wrong GQA mapping, mis-decoded q4_K,
+                   q5_K...).
                    test_reference.sh checks that compare.py rejects each of
                    these, which proves the tolerances can catch such bugs.
   --emulate-act T / --emulate-kv T
@@ -66,6 +67,7 @@ PERTURBATIONS = {
     "norm_eps": "RMSNorm epsilon 1e-2",
     "q4k_scales": "q4_K: swap the high 2 bits of the scales and mins of sub-blocks 4..7",
     "q4k_nibbles": "q4_K: low nibble = second sub-block of each 64-chunk",
+    "q5k_high": "q5_K: fifth bit of sub-block j taken from bit j ^ 1 of qh",
     "q6k_high": "q6_K: high 2 bits taken from the wrong qh shift",
     "q4_0_offset": "q4_0: values offset by -7 instead of -8",
     "tied_output": "use token_embd as output even when output.weight exists",
@@ -138,7 +140,7 @@ def round_kv(x, kv):
 
 # How the engine rounds the input of a matmul, by the weight's type.
 ACT_FOR_WEIGHT = {"f32": "f32", "f16": "f32", "bf16": "bf16", "q8_0": "q8_0", "q4_0": "q8_0",
-                  "q4_k": "q8_k", "q6_k": "q8_k"}
+                  "q4_k": "q8_k", "q5_k": "q8_k", "q6_k": "q8_k"}
 
 
 def quant_act(x, act):
@@ -202,6 +204,11 @@ def load_weight(model, name, perturb, rows=None):
     t = model.tensor(name)
     if perturb in ("q4k_scales", "q4k_nibbles") and t.type == gguf_ref.T_Q4_K:
         return _misdecode_q4k(t, perturb, rows)
+    if perturb == "q5k_high" and t.type == gguf_ref.T_Q5_K:
+        raw = _rows_raw(t, rows).reshape(-1, 176).copy()
+        qh = raw[:, 16:48]
+        raw[:, 16:48] = ((qh & 0x55) << 1) | ((qh >> 1) & 0x55)   # sub-blocks 2i <-> 2i + 1
+        return gguf_ref.dequantize(raw.reshape(-1), t.type).reshape(-1, t.ne[0])
     if perturb == "q6k_high" and t.type == gguf_ref.T_Q6_K:
         raw = _rows_raw(t, rows).reshape(-1, 210).copy()
         qh = raw[:, 128:192]
@@ -219,6 +226,7 @@ def load_weight(model, name, perturb, rows=None):
 def _misdecodes(perturb, t):
     """True if perturbation `perturb` changes how tensor t is decoded."""
     return ((perturb in ("q4k_scales", "q4k_nibbles") and t.type == gguf_ref.T_Q4_K)
+            or (perturb == "q5k_high" and t.type == gguf_ref.T_Q5_K)
             or (perturb == "q6k_high" and t.type == gguf_ref.T_Q6_K)
             or (perturb == "q4_0_offset" and t.type == gguf_ref.T_Q4_0))
 
@@ -493,7 +501,7 @@ def selftest(tmpdir):
     rng = np.random.default_rng(7)
     n = 0
     for arch in ("llama", "qwen2", "qwen3"):
-        for tied, wtype, n_rot in ((False, "f32", None), (True, "q4_k", 32)):
+        for tied, wtype, n_rot in ((False, "f32", None), (True, "q4_k", 32), (False, "q5_k", None)):
             path = os.path.join(tmpdir, "syn_%s_%s.gguf" % (arch, wtype))
             make_synthetic_model(path, arch, wtype, n_vocab=512, n_embd=256, n_layer=2,
                                  n_head=4, n_head_kv=2, head_dim=64, n_ff=512, tied=tied,
@@ -524,6 +532,8 @@ def selftest(tmpdir):
                     continue
                 if pname.startswith(("q6k", "q4_0")) or (pname.startswith("q4k")
                                                          and wtype != "q4_k"):
+                    continue
+                if pname.startswith("q5k") and wtype != "q5_k":
                     continue
                 d = forward(m, toks, perturb=pname)
                 if np.abs(d - a).max() < 1e-6 * np.abs(a).max():

@@ -34,6 +34,10 @@ Block layouts (one block of a quantized row; rows are whole blocks)::
         qs byte 32c + l holds element 64c + l (low nibble, sub-block 2c)
         and element 64c + 32 + l (high nibble, sub-block 2c + 1);
         x = d * s * q - dmin * m
+    q5_K 256 elems, 176 B: f16 d | f16 dmin | u8 sc[12] | u8 qh[32] | u8 qs[128]
+        scales, mins and qs nibbles exactly as q4_K; element e = 32j + l
+        (sub-block j, l < 32) adds a fifth bit: q = nibble | ((qh[l] >> j) & 1) << 4,
+        0..31; x = d * s * q - dmin * m
     q6_K 256 elems, 210 B: u8 ql[128] | u8 qh[64] | i8 sc[16] | f16 d
         two halves h of 128 elements; in half h, for l < 32, with
         L = ql[64h:], H = qh[32h:]:
@@ -67,6 +71,7 @@ T_F16 = 1
 T_Q4_0 = 2
 T_Q8_0 = 8
 T_Q4_K = 12
+T_Q5_K = 13
 T_Q6_K = 14
 T_BF16 = 30
 
@@ -77,6 +82,7 @@ TYPES = {
     T_Q4_0: ("q4_0", 32, 18),
     T_Q8_0: ("q8_0", 32, 34),
     T_Q4_K: ("q4_k", 256, 144),
+    T_Q5_K: ("q5_k", 256, 176),
     T_Q6_K: ("q6_k", 256, 210),
     T_BF16: ("bf16", 1, 2),
 }
@@ -390,6 +396,23 @@ def dequant_q4_k(raw):
     return x.reshape(-1)
 
 
+def dequant_q5_k(raw):
+    b = _blocks(raw, 176, "q5_k")
+    n = b.shape[0]
+    d = _half(b, 0)
+    dmin = _half(b, 2)
+    s, m = q4k_scale_min(b[:, 4:16])
+    qh = b[:, 16:48]                                 # (block, l): bit j -> sub-block j
+    qs = b[:, 48:176].reshape(n, 4, 32)              # (block, chunk c, l)
+    q = np.stack([qs & 0x0F, qs >> 4], axis=2)       # (block, c, nibble, l): sub-block 2c+nibble
+    q = q.reshape(n, 8, 32).astype(np.int64)         # (block, sub-block j, l)
+    high = (qh[:, None, :] >> np.arange(8)[None, :, None]) & 1
+    x = (q | (high.astype(np.int64) << 4)).astype(np.float64)
+    x *= (d * s)[:, :, None]
+    x -= (dmin * m)[:, :, None]
+    return x.reshape(-1)
+
+
 def dequant_q6_k(raw):
     b = _blocks(raw, 210, "q6_k")
     n = b.shape[0]
@@ -423,6 +446,8 @@ def dequantize(raw, ttype, dtype=np.float64):
         out = dequant_q4_0(raw)
     elif ttype == T_Q4_K:
         out = dequant_q4_k(raw)
+    elif ttype == T_Q5_K:
+        out = dequant_q5_k(raw)
     elif ttype == T_Q6_K:
         out = dequant_q6_k(raw)
     else:
@@ -534,6 +559,8 @@ def quantize(x, ttype, rng=None):
         return blocks.tobytes()
     if ttype == T_Q4_K:
         return _quantize_q4_k(x)
+    if ttype == T_Q5_K:
+        return _quantize_q5_k(x)
     if ttype == T_Q6_K:
         return _quantize_q6_k(x)
     raise GGUFError("cannot quantize to type %d" % ttype)
@@ -565,6 +592,22 @@ def pack_q4_k(d16, dmin16, s, m, q):
     return blocks.tobytes()
 
 
+def pack_q5_k(d16, dmin16, s, m, q):
+    """Packs q5_K blocks from their fields: as pack_q4_k, q (n, 256) ints in
+    [0, 31]; the low 4 bits go where q4_K keeps them, bit 4 of element
+    32j + l to bit j of qh[l]."""
+    n = q.shape[0]
+    q = np.asarray(q, dtype=np.int64)
+    low = np.frombuffer(pack_q4_k(d16, dmin16, s, m, q & 15), np.uint8).reshape(n, 144)
+    blocks = np.zeros((n, 176), dtype=np.uint8)
+    blocks[:, 0:16] = low[:, 0:16]
+    blocks[:, 48:176] = low[:, 16:144]
+    for e in range(256):
+        j, l = divmod(e, 32)
+        blocks[:, 16 + l] |= ((q[:, e] >> 4) << j).astype(np.uint8)
+    return blocks.tobytes()
+
+
 def pack_q6_k(d16, sc, q):
     """Packs q6_K blocks: d16 (n,) float16, sc (n, 16) ints in [-128, 127],
     q (n, 256) ints in [0, 63] (stored value, i.e. signed value + 32)."""
@@ -586,11 +629,12 @@ def pack_q6_k(d16, sc, q):
     return blocks.tobytes()
 
 
-def _quantize_q4_k(x):
+def _quantize_q4_k(x, qmax=15):
+    """q4_K (qmax 15) or, as _quantize_q5_k, q5_K's fields (qmax 31)."""
     xb = x.reshape(-1, 8, 32)
     lo = np.minimum(xb.min(axis=2), 0.0)         # (n, 8) sub-block minimum (<= 0)
     rng_ = xb.max(axis=2) - lo                   # (n, 8) range
-    sub_scale = rng_ / 15.0
+    sub_scale = rng_ / float(qmax)
     sub_min = -lo
     d = sub_scale.max(axis=1) / 63.0
     dmin = sub_min.max(axis=1) / 63.0
@@ -603,8 +647,13 @@ def _quantize_q4_k(x):
     eff_s = d16.astype(np.float64)[:, None] * s
     eff_m = dmin16.astype(np.float64)[:, None] * m
     inv = np.where(eff_s > 0, 1.0 / np.where(eff_s > 0, eff_s, 1.0), 0.0)
-    q = np.clip(np.rint((xb + eff_m[:, :, None]) * inv[:, :, None]), 0, 15).astype(np.int64)
-    return pack_q4_k(d16, dmin16, s, m, q.reshape(-1, 256))
+    q = np.clip(np.rint((xb + eff_m[:, :, None]) * inv[:, :, None]), 0, qmax).astype(np.int64)
+    pack = pack_q4_k if qmax == 15 else pack_q5_k
+    return pack(d16, dmin16, s, m, q.reshape(-1, 256))
+
+
+def _quantize_q5_k(x):
+    return _quantize_q4_k(x, qmax=31)
 
 
 def _quantize_q6_k(x):
@@ -660,6 +709,22 @@ def _scalar_dequant(raw, ttype):
                 c, r = divmod(e, 64)
                 byte = qs[32 * c + (r % 32)]
                 q = (byte & 15) if r < 32 else (byte >> 4)
+                out.append(d * s * q - dmin * m)
+        elif ttype == T_Q5_K:
+            d, dmin = half(base), half(base + 2)
+            sc, qh, qs = blk[4:16], blk[16:48], blk[48:176]
+            for e in range(256):
+                j, l = divmod(e, 32)
+                if j < 4:
+                    s, m = sc[j] & 63, sc[j + 4] & 63
+                else:
+                    s = (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4)
+                    m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4)
+                c, r = divmod(e, 64)
+                byte = qs[32 * c + l]
+                q = (byte & 15) if r < 32 else (byte >> 4)
+                if qh[l] & (1 << j):
+                    q += 16
                 out.append(d * s * q - dmin * m)
         elif ttype == T_Q6_K:
             ql, qh = blk[0:128], blk[128:192]
@@ -719,6 +784,21 @@ def selftest(tmpdir):
     _check(v[32] == 0.0, "q4_k hand block element 32")
     _check(v[128] == 35 * 11 - 0.5 * 17, "q4_k hand block element 128 (high scale bits)")
     _check(v[129] == -0.5 * 17, "q4_k hand block element 129")
+    # q5_K: the q4_K block above with qh in between: d = 1, dmin = 0.5, sub-block 0
+    # s = 5, m = 2, sub-block 4 s = 35, m = 17.  qh[0] = 0b00010001: element 0 (bit 0)
+    # gets q = 7 + 16 = 23, element 128 (sub-block 4, bit 4) q = 11 + 16 = 27; qh[1] = 0x04:
+    # element 65 (sub-block 2, l = 1, s = m = 0) stays 0, element 1 (bit 0 clear) stays q = 0.
+    blk5 = np.zeros(176, np.uint8)
+    blk5[0:16] = blk[0:16]
+    blk5[48:176] = blk[16:144]
+    blk5[16 + 0] = 0b00010001
+    blk5[16 + 1] = 0x04
+    v = dequantize(blk5, T_Q5_K)
+    _check(v[0] == 5 * 23 - 0.5 * 2, "q5_k hand block element 0 (fifth bit)")
+    _check(v[1] == -1.0, "q5_k hand block element 1 (no fifth bit)")
+    _check(v[32] == 0.0 and v[65] == 0.0, "q5_k hand block elements 32, 65")
+    _check(v[128] == 35 * 27 - 0.5 * 17, "q5_k hand block element 128 (bit 4 of qh[0])")
+    _check(v[129] == -0.5 * 17, "q5_k hand block element 129")
     # q6_K: d = 0.25, sc[0] = 2, sc[6] = -3, sc[8] = 4.
     # element 0: ql[0] lo = 0x5, qh[0] bits 0-1 = 2 -> q = 5 | 2<<4 = 37 -> x = 0.25*2*5 = 2.5
     # element 96 (quarter 3, l 0): ql[32] hi = 0xA, qh[0] bits 6-7 = 1 -> q = 10|16 = 26 -> -6
@@ -741,15 +821,16 @@ def selftest(tmpdir):
     # bf16: 0x3FC0 = 1.5, 0xC000 = -2
     v = dequantize(np.array([0x3FC0, 0xC000], "<u2").view(np.uint8), T_BF16)
     _check(v[0] == 1.5 and v[1] == -2.0, "bf16 hand values")
-    n_checks += 5
+    n_checks += 6
 
     # 2. Random bytes: vectorized decoders == element-by-element decoders.
-    for ttype in (T_Q8_0, T_Q4_0, T_Q4_K, T_Q6_K):
+    for ttype in (T_Q8_0, T_Q4_0, T_Q4_K, T_Q5_K, T_Q6_K):
         size = TYPES[ttype][2]
         raw = rng.integers(0, 256, size=size * 6, dtype=np.uint8)
         # keep the f16 scales finite (exponent field not all ones)
         for b in range(6):
-            for off in ((0, 2) if ttype == T_Q4_K else ((208,) if ttype == T_Q6_K else (0,))):
+            for off in ((0, 2) if ttype in (T_Q4_K, T_Q5_K)
+                        else ((208,) if ttype == T_Q6_K else (0,))):
                 raw[b * size + off + 1] &= 0x3B
         want = _scalar_dequant(raw, ttype)
         got = dequantize(raw, ttype)
@@ -767,13 +848,18 @@ def selftest(tmpdir):
             - dmin16.astype(np.float64)[:, None, None] * m[:, :, None]).reshape(-1)
     got = dequantize(np.frombuffer(pack_q4_k(d16, dmin16, s, m, q), np.uint8), T_Q4_K)
     _check(np.array_equal(want, got), "q4_k fields round trip")
+    q = rng.integers(0, 32, (n, 256))
+    want = (d16.astype(np.float64)[:, None, None] * s[:, :, None] * q.reshape(n, 8, 32)
+            - dmin16.astype(np.float64)[:, None, None] * m[:, :, None]).reshape(-1)
+    got = dequantize(np.frombuffer(pack_q5_k(d16, dmin16, s, m, q), np.uint8), T_Q5_K)
+    _check(np.array_equal(want, got), "q5_k fields round trip")
     sc = rng.integers(-128, 128, (n, 16))
     q = rng.integers(0, 64, (n, 256))
     want = (d16.astype(np.float64)[:, None, None] * sc[:, :, None]
             * (q.reshape(n, 16, 16) - 32)).reshape(-1)
     got = dequantize(np.frombuffer(pack_q6_k(d16, sc, q), np.uint8), T_Q6_K)
     _check(np.array_equal(want, got), "q6_k fields round trip")
-    n_checks += 2
+    n_checks += 3
 
     # 4. A whole file: metadata of every value type, tensors of every type,
     # a non-default alignment, 1-D and 2-D tensors; values read back exactly
@@ -807,7 +893,7 @@ def selftest(tmpdir):
         _check(np.array_equal(f.tensors["norm"].dequant(), x[0].astype(np.float32)), "1-D f32")
         _check(f.tensors["norm"].shape == (512,), "1-D shape")
         tol = {"f32": 1e-7, "f16": 1e-3, "bf16": 8e-3, "q8_0": 0.02, "q4_0": 0.35,
-               "q4_k": 0.35, "q6_k": 0.09}
+               "q4_k": 0.35, "q5_k": 0.18, "q6_k": 0.09}
         for name, ttype in TYPE_BY_NAME.items():
             t = f.tensors["w." + name]
             _check(t.shape == (4, 512) and t.type == ttype, "%s shape/type" % name)

@@ -2,7 +2,7 @@
 # test_reference.sh - the engine's logits against the independent numpy reference.
 #
 # For every architecture (llama, qwen2, qwen3) and weight type (f32 f16 bf16
-# q8_0 q4_0 q4_k q6_k): make the tiny test model (cached in
+# q8_0 q4_0 q4_k q5_k q6_k): make the tiny test model (cached in
 # $INFERD_SCRATCH/models/), run `inferd logits` on a fixed 40-token prompt with
 # the default f16 KV cache (and for f32 weights again with --kv f32, where the
 # tolerance is tight, and --kv bf16), compute the float64 reference logits with
@@ -11,7 +11,7 @@
 # reference check themselves on synthetic files; after it, calibrate.py proves
 # on the engine's own models that the same tolerances reject deliberate bugs
 # (wrong rope style, missing bias, transposed weight, wrong GQA mapping,
-# q4_K / q6_K layout errors...) and accept an emulation of correct rounding.
+# q4_K / q5_K / q6_K layout errors...) and accept an emulation of correct rounding.
 #
 # Environment (set by ctest): INFERD_BIN (the inferd binary), INFERD_SRC (the
 # source tree), INFERD_SCRATCH (a scratch directory kept between runs).
@@ -29,7 +29,7 @@ MODELS="$SCRATCH/models"
 WORK="$SCRATCH/reference"
 RESULTS="$WORK/results"
 ARCHS="llama qwen2 qwen3"
-TYPES="f32 f16 bf16 q8_0 q4_0 q4_k q6_k"
+TYPES="f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k"
 # A fixed prompt of 40 token ids, all below every tiny preset's vocab size.
 TOKENS="9707,11,1879,0,576,3974,13876,38835,34208,916,279,15678,5562,13,220,16,17,18,19,4013,73,14585,2,12095,20,100,6730,25,1000,4321,8,22557,127,501,29909,3,64,999,2048,12"
 THREADS="${REF_THREADS:-2}"
@@ -40,6 +40,7 @@ JOBS="${REF_JOBS:-2}"
 PERTURB_SPECS="qwen2:f32:all
 llama:q4_k:rope_style,gqa_mod,tied_output,q4k_scales,q4k_nibbles
 llama:q4_0:q4_0_offset
+qwen2:q5_k:q5k_high
 qwen3:q6_k:rope_style,no_qk_norm,tied_output,q6k_high"
 
 passed=0

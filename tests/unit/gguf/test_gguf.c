@@ -329,7 +329,7 @@ static void fill_random(uint8_t *p, size_t n, uint64_t seed)
 TEST(writer_roundtrip_tensors_every_dtype)
 {
     static const enum dtype types[] = {DTYPE_F32,  DTYPE_F16,  DTYPE_BF16, DTYPE_Q8_0,
-                                       DTYPE_Q4_0, DTYPE_Q4_K, DTYPE_Q6_K};
+                                       DTYPE_Q4_0, DTYPE_Q4_K, DTYPE_Q5_K, DTYPE_Q6_K};
     enum { N_TYPES = sizeof(types) / sizeof(types[0]) };
     struct err_msg m = {{0}};
     struct gguf_writer *w = gguf_writer_new();
@@ -713,15 +713,29 @@ TEST(bad_type_ids)
     EXPECT_FAIL(&b, ERR_FORMAT, "'flags'", "element #2 value 7");
     gb_free(&b);
 
-    /* Tensor types: unknown id, and known but unsupported (q5_k, q8_k). */
+    /* Tensor types: unknown id, and ggml types no kernel level runs (the
+     * q5_0/q5_1 pair, the K-quants below q4_K, the i-quants, ternary and
+     * mxfp4), each named with the tensor; then q8_k, activations only. */
     b = (struct gbuf){0};
     one_tensor(&b, "blk.0.ffn_up.weight", 1, (uint64_t[]){256}, 99, 0, 1024);
     EXPECT_FAIL(&b, ERR_UNSUPPORTED, "tensor 'blk.0.ffn_up.weight'", "id 99");
     gb_free(&b);
-    b = (struct gbuf){0};
-    one_tensor(&b, "w", 1, (uint64_t[]){256}, 13, 0, 1024);
-    EXPECT_FAIL(&b, ERR_UNSUPPORTED, "tensor 'w': type q5_k (id 13)", NULL);
-    gb_free(&b);
+    static const struct {
+        uint32_t id;
+        const char *name;
+    } unsupported[] = {{3, "q4_1"},    {6, "q5_0"},   {7, "q5_1"},     {9, "q8_1"},
+                       {10, "q2_k"},   {11, "q3_k"},  {16, "iq2_xxs"}, {19, "iq1_s"},
+                       {20, "iq4_nl"}, {21, "iq3_s"}, {23, "iq4_xs"},  {29, "iq1_m"},
+                       {34, "tq1_0"},  {35, "tq2_0"}, {39, "mxfp4"}};
+    for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
+        char want[64];
+        snprintf(want, sizeof(want), "tensor 'blk.1.attn_q.weight': type %s (id %u)",
+                 unsupported[i].name, unsupported[i].id);
+        b = (struct gbuf){0};
+        one_tensor(&b, "blk.1.attn_q.weight", 2, (uint64_t[]){256, 2}, unsupported[i].id, 0, 1024);
+        EXPECT_FAIL(&b, ERR_UNSUPPORTED, want, "not supported");
+        gb_free(&b);
+    }
     b = (struct gbuf){0};
     one_tensor(&b, "w", 1, (uint64_t[]){256}, DTYPE_Q8_K, 0, 1024);
     EXPECT_FAIL(&b, ERR_UNSUPPORTED, "tensor 'w'", "id 15");

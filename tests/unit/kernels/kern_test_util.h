@@ -68,7 +68,7 @@ static inline int q4k_m(const uint8_t *s, int j)
 }
 
 /* Element e of a row of type t, decoded in double straight from the bytes.
- * For q4_K, *offpart (if not NULL) gets |dmin * m| of the element. */
+ * For q4_K and q5_K, *offpart (if not NULL) gets |dmin * m| of the element. */
 static inline double decode_elem(enum dtype t, const void *row, int e, double *offpart)
 {
     const uint8_t *p = row;
@@ -118,6 +118,20 @@ static inline double decode_elem(enum dtype t, const void *row, int e, double *o
         if (offpart) *offpart = fabs(off);
         return h2d(d) * q4k_sc(sc, j) * q - off;
     }
+    case DTYPE_Q5_K: {
+        /* f16 d | f16 dmin | scales[12] | qh[32] | qs[128] */
+        const uint8_t *b = p + 176 * (e / 256);
+        uint16_t d, dmin;
+        memcpy(&d, b, 2);
+        memcpy(&dmin, b + 2, 2);
+        const uint8_t *sc = b + 4, *qh = b + 16, *qs = b + 48;
+        int i = e % 256, c = i / 64, l = i % 32, hi = (i % 64) >= 32, j = i / 32;
+        int q = hi ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 15;
+        q += (qh[l] >> j & 1) * 16;
+        double off = h2d(dmin) * q4k_m(sc, j);
+        if (offpart) *offpart = fabs(off);
+        return h2d(d) * q4k_sc(sc, j) * q - off;
+    }
     case DTYPE_Q6_K: {
         const uint8_t *b = p + 210 * (e / 256);
         const uint8_t *ql = b, *qh = b + 128;
@@ -142,7 +156,7 @@ static inline double decode_elem(enum dtype t, const void *row, int e, double *o
 }
 
 static const enum dtype all_wtypes[] = {DTYPE_F32,  DTYPE_F16,  DTYPE_BF16, DTYPE_Q8_0,
-                                        DTYPE_Q4_0, DTYPE_Q4_K, DTYPE_Q6_K};
+                                        DTYPE_Q4_0, DTYPE_Q4_K, DTYPE_Q5_K, DTYPE_Q6_K};
 #define N_WTYPES ((int)(sizeof(all_wtypes) / sizeof(all_wtypes[0])))
 
 static inline int blck_of(enum dtype t)

@@ -241,6 +241,47 @@ TEST(q4_K_layout)
     EXPECT(y[250] == 0.5f * 59.0f * (float)(((122 * 37 + 11) & 255) >> 4) - 0.25f * 25.0f);
 }
 
+TEST(q5_K_layout)
+{
+    struct block_q5_K b;
+    int sc[8], m[8];
+    for (int j = 0; j < 8; j++) {
+        sc[j] = 12 + 6 * j; /* 12..54: the high 2 bits matter for j >= 4 */
+        m[j] = 57 - 4 * j;
+    }
+    /* the scales packed as q4_K's, spelled out again */
+    for (int j = 0; j < 4; j++) {
+        b.scales[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+        b.scales[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
+        b.scales[j + 8] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
+    }
+    b.d = kern_f32_to_f16(0.25f);
+    b.dmin = kern_f32_to_f16(0.5f);
+    for (int i = 0; i < 128; i++)
+        b.qs[i] = (uint8_t)(i * 29 + 5);
+    for (int i = 0; i < 32; i++)
+        b.qh[i] = (uint8_t)(i * 53 + 17);
+    float y[256];
+    kern_dequantize_row(DTYPE_Q5_K, &b, y, 256);
+    int bad = 0, high = 0;
+    for (int e = 0; e < 256; e++) {
+        int c = e / 64, l = e % 32, j = e / 32;
+        int q = (e % 64) < 32 ? b.qs[32 * c + l] & 15 : b.qs[32 * c + l] >> 4;
+        q |= (b.qh[l] >> j & 1) << 4;
+        high += q >= 16;
+        float want = 0.25f * (float)(sc[j] * q) - 0.5f * (float)m[j];
+        if (y[e] != want) bad++;
+    }
+    EXPECT_EQ_INT(bad, 0);
+    EXPECT(high > 64 && high < 192); /* the fifth bits are exercised both ways */
+    /* by hand: e = 70 is chunk 1, low nibble of qs[38], sub-block 2: bit 2 of qh[6] */
+    int q70 = (((38 * 29 + 5) & 255) & 15) | (((6 * 53 + 17) & 255) >> 2 & 1) << 4;
+    EXPECT(y[70] == 0.25f * 24.0f * (float)q70 - 0.5f * 49.0f);
+    /* e = 250: chunk 3, high nibble of qs[96 + 26], sub-block 7: bit 7 of qh[26] */
+    int q250 = (((122 * 29 + 5) & 255) >> 4) | (((26 * 53 + 17) & 255) >> 7) << 4;
+    EXPECT(y[250] == 0.25f * 54.0f * (float)q250 - 0.5f * 29.0f);
+}
+
 TEST(q6_K_layout)
 {
     struct block_q6_K b;
@@ -321,8 +362,8 @@ TEST(quantize_error_bounds)
                 /* worst-case bounds relative to the 32-element block maximum:
                  *   f32 exact; f16/bf16 half an ulp; q8_0 half a step (amax / 254)
                  *   plus the f16 rounding of d; q4_0 one step (amax / 8: the
-                 *   max-magnitude's opposite end clamps at +7); q4_K and q6_K
-                 *   one step of the sub-block scale after 6- / 8-bit scale
+                 *   max-magnitude's opposite end clamps at +7); q4_K, q5_K and
+                 *   q6_K one step of the sub-block scale after 6- / 8-bit scale
                  *   quantization, generous because the super-block shares d. */
                 double lim = t == DTYPE_F32    ? 0.0
                              : t == DTYPE_F16  ? fabs(x[32 * b + i]) * 0x1p-11
@@ -330,6 +371,7 @@ TEST(quantize_error_bounds)
                              : t == DTYPE_Q8_0 ? amax * (0.5 / 127 + 0x1p-10)
                              : t == DTYPE_Q4_0 ? amax * (1.0 / 8 + 0x1p-9)
                              : t == DTYPE_Q4_K ? amax * 0.20
+                             : t == DTYPE_Q5_K ? amax * 0.10
                                                : amax * 0.06;
                 if (e > lim * 1.0001) bad++;
             }
@@ -342,6 +384,7 @@ TEST(quantize_error_bounds)
                          : t == DTYPE_Q8_0 ? 0.01
                          : t == DTYPE_Q4_0 ? 0.15
                          : t == DTYPE_Q4_K ? 0.12
+                         : t == DTYPE_Q5_K ? 0.06
                                            : 0.03;
         if (bad || rel > rel_lim)
             fprintf(stderr, "  %s: %d over the bound, rms rel %.5f\n", dtype_info(t)->name, bad,

@@ -14,7 +14,7 @@
  *    output - all bitwise;
  *  - kv_dot / kv_accum / kv_store / dot_f32 / sum_sq_f32 likewise.
  *
- * Rounding bound: with u = 2^-24 and S = sum |w_i x_i| (for q4_K the min
+ * Rounding bound: with u = 2^-24 and S = sum |w_i x_i| (for q4_K, q5_K the min
  * term counted separately), a chain of n float operations errs by at most
  * about n u S, so we allow 2 (n + 8) u S, n = k / 16 + 4 for 16-lane float
  * dots and 2 * blocks for the quantized chains. A lost or doubled element
@@ -269,11 +269,50 @@ TEST(invariance_batch_split_order)
     kern_set_isa(kern_isa_max());
 }
 
+/* Every token count from 1 to 21 (the decode kernels' 1..4, the tiles' 1..8
+ * tokens alone and past them, with one or two panels), for every quantized
+ * type at every SIMD level: bitwise the scalar reference, over a row range
+ * with ragged ends and a ragged last panel. */
+TEST(quant_every_batch_size)
+{
+    struct rng r = {2718};
+    const int N = 21, rows = 45, r0 = 3, r1 = 44;
+    for (int ti = 0; ti < N_WTYPES; ti++) {
+        const enum dtype wt = all_wtypes[ti];
+        if (blck_of(wt) == 1) continue;
+        struct prob p;
+        prob_init(&p, &r, wt, rows, blck_of(wt) == QK_K ? 3 * QK_K : 7 * 32, N);
+        float *ref = malloc(sizeof(float) * rows * N), *y = malloc(sizeof(float) * rows * N);
+        int bad = 0;
+        for (int n = 1; n <= N; n++) {
+            const int t0 = N - n;
+            for (int i = 0; i < rows * N; i++)
+                ref[i] = y[i] = sentinel();
+            kern_set_isa(KERN_ISA_SCALAR);
+            run(&p, r0, r1, t0, n, ref, rows);
+            for (int isa = KERN_ISA_AVX2; isa <= (int)kern_isa_max(); isa++) {
+                kern_set_isa((enum kern_isa)isa);
+                run(&p, r0, r1, t0, n, y, rows);
+                if (!same_bits(ref, y, rows * N)) {
+                    fprintf(stderr, "  %s %s n_tok=%d: differs\n",
+                            kern_isa_name((enum kern_isa)isa), dtype_info(wt)->name, n);
+                    bad++;
+                }
+            }
+        }
+        EXPECT_EQ_INT(bad, 0);
+        free(ref);
+        free(y);
+        prob_free(&p);
+    }
+    kern_set_isa(kern_isa_max());
+}
+
 /* A prefill-sized batch goes through the token-blocked, chunked path. */
 TEST(invariance_large_batch)
 {
     struct rng r = {99991};
-    static const enum dtype types[] = {DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_F16, DTYPE_BF16};
+    static const enum dtype types[] = {DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q5_K, DTYPE_F16, DTYPE_BF16};
     for (int isa = KERN_ISA_AVX2; isa <= (int)kern_isa_max(); isa++) {
         kern_set_isa((enum kern_isa)isa);
         for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
@@ -296,7 +335,8 @@ TEST(invariance_large_batch)
 }
 
 /* The types with a packed layout (quants.h), and shapes for them. */
-static const enum dtype packed_types[] = {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q4_K, DTYPE_Q6_K};
+static const enum dtype packed_types[] = {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q4_K, DTYPE_Q5_K,
+                                          DTYPE_Q6_K};
 #define N_PACKED (int)(sizeof(packed_types) / sizeof(packed_types[0]))
 
 /* A packed copy of p's weights, 64-byte aligned, packed in two row ranges

@@ -487,6 +487,7 @@ TEST(made_models_load_with_their_shapes)
     } cases[] = {
         {MODEL_ARCH_QWEN3, DTYPE_F16, "qwen3"},
         {MODEL_ARCH_QWEN2, DTYPE_Q4_K, "qwen3"},
+        {MODEL_ARCH_QWEN3, DTYPE_Q5_K, "qwen3"},
         {MODEL_ARCH_LLAMA, DTYPE_BF16, "llama3"},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
@@ -532,6 +533,7 @@ TEST(made_models_load_with_their_shapes)
         EXPECT_EQ_INT(gguf_get_u32(m->gguf, "general.file_type", &ftype, NULL), 0);
         EXPECT_EQ_INT(ftype, cases[k].type == DTYPE_F16    ? 1
                              : cases[k].type == DTYPE_Q4_K ? 14
+                             : cases[k].type == DTYPE_Q5_K ? 16
                                                            : 32);
         struct gguf_str s;
         EXPECT_EQ_INT(gguf_get_str(m->gguf, "tokenizer.ggml.pre", &s, NULL), 0);
