@@ -214,7 +214,8 @@ void kern__matmul_packed_ref(enum dtype wt, const void *P, int rows, int k, int 
  * (the same on AVX-512 VNNI CPUs without AVX-VNNI). Same signature as
  * struct kern__ops's matmul_packed. */
 #define KERN__PACKED256_TYPES                                                                      \
-    (KERN__BIT(DTYPE_Q8_0) | KERN__BIT(DTYPE_Q4_0) | KERN__BIT(DTYPE_Q4_K) | KERN__BIT(DTYPE_Q6_K))
+    (KERN__BIT(DTYPE_Q8_0) | KERN__BIT(DTYPE_Q4_0) | KERN__BIT(DTYPE_Q4_K) |                       \
+     KERN__BIT(DTYPE_Q5_K) | KERN__BIT(DTYPE_Q6_K))
 void kern__matmul_packed_avx2(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
                               const void *xq, size_t x_row_bytes, const void *xs,
                               size_t xs_row_bytes, int n_tok, float *y, int ldy);

@@ -172,11 +172,12 @@ AI __m256i q4k_six(__m256i s0, __m256i s1, __m256i s2, int j, int min)
     return _mm256_or_si256(b, _mm256_slli_epi32(_mm256_srli_epi32(byte_of(lo, j - 4), 6), 4));
 }
 
-/* The scale part of a q4_K record (the one-token pass reads the quants in place). */
-static void rec_q4_K_scales(struct pk_rec *R, const char *sb, const char *dsc)
+/* The scale part of a q4_K or q5_K record (the one-token pass reads the
+ * quants in place); the scale dwords sit at sb + so. */
+static void rec_q4_K_scales(struct pk_rec *R, const char *sb, size_t so, const char *dsc)
 {
     for (int h = 0; h < 2; h++) {
-        const char *s = sb + 2048 + 32 * h;
+        const char *s = sb + so + 32 * h;
         __m256i s0 = ld(s), s1 = ld(s + 64), s2 = ld(s + 128);
         for (int j = 0; j < 8; j++) {
             __m256i v = q4k_six(s0, s1, s2, j, 0);
@@ -194,7 +195,15 @@ static void rec_q4_K_scales(struct pk_rec *R, const char *sb, const char *dsc)
     }
 }
 
-static void rec_q4_K(struct pk_rec *R, const char *sb, const char *dsc)
+/* Bit j of each byte of the q5_K high-bit dwords qh, moved to bit 4. */
+AI __m256i q5k_bit(__m256i qh, int j)
+{
+    return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), _mm256_set1_epi8(1)), 4);
+}
+
+/* q4_K, or q5_K (q5: each quant's fifth bit from the qh dwords: element
+ * dword 8j + g takes bit j of qh dword g). */
+AI void rec_q45_K(struct pk_rec *R, const char *sb, const char *dsc, const int q5)
 {
     const __m256i m4 = _mm256_set1_epi8(15);
     /* packed group G = 8c + i: low nibbles are element dword 16c + i, high 16c + 8 + i */
@@ -202,10 +211,17 @@ static void rec_q4_K(struct pk_rec *R, const char *sb, const char *dsc)
         for (int h = 0; h < 2; h++) {
             const int c = G / 8, i = G % 8;
             __m256i w = ld(sb + 64 * G + 32 * h);
-            R->q[16 * c + i][h] = _mm256_and_si256(w, m4);
-            R->q[16 * c + 8 + i][h] = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+            __m256i lo = _mm256_and_si256(w, m4),
+                    hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+            if (q5) {
+                __m256i qh = ld(sb + 2048 + 64 * i + 32 * h);
+                lo = _mm256_or_si256(lo, q5k_bit(qh, 2 * c));
+                hi = _mm256_or_si256(hi, q5k_bit(qh, 2 * c + 1));
+            }
+            R->q[16 * c + i][h] = lo;
+            R->q[16 * c + 8 + i][h] = hi;
         }
-    rec_q4_K_scales(R, sb, dsc);
+    rec_q4_K_scales(R, sb, q5 ? 2560 : 2048, dsc);
 }
 
 static void rec_q6_K_scales(struct pk_rec *R, const char *sb, const char *dsc)
@@ -307,26 +323,28 @@ AI void tok_q4_0(const struct pk_rec *R, const char *x, const struct pk_side *s,
     }
 }
 
-/* The 8-element-dword sum of sub-block j's products at half h: int16
- * pairs (avx2) or int32 (vnni). */
-AI __m256i sub8(const struct pk_rec *R, const int8_t *xq, int e0, int h)
+/* The sum of the products of n element dwords from e0 at half h: int16
+ * pairs (avx2; the caller keeps the bounds) or int32 (vnni). */
+AI __m256i subn(const struct pk_rec *R, const int8_t *xq, int e0, int h, const int n)
 {
 #if PK_VNNI
     __m256i S0 = _mm256_setzero_si256(), S1 = _mm256_setzero_si256();
-    for (int q = 0; q < 8; q += 2) {
+    for (int q = 0; q < n; q += 2) {
         S0 = dot4(S0, R->q[e0 + q][h], bc32(xq + 4 * (e0 + q)));
         S1 = dot4(S1, R->q[e0 + q + 1][h], bc32(xq + 4 * (e0 + q + 1)));
     }
     return _mm256_add_epi32(S0, S1);
 #else
     __m256i p = _mm256_maddubs_epi16(R->q[e0][h], bc32(xq + 4 * e0));
-    for (int q = 1; q < 8; q++)
+    for (int q = 1; q < n; q++)
         p = _mm256_add_epi16(p, _mm256_maddubs_epi16(R->q[e0 + q][h], bc32(xq + 4 * (e0 + q))));
     return p;
 #endif
 }
 
-AI void tok_q4_K(const struct pk_rec *R, const struct block_q8_K *x, __m256 acc[2])
+/* q4_K or q5_K (q5): at avx2 a q5_K sub-block's 8 dwords go as two
+ * int16 sums of 4 (pairs <= 2 * 31 * 127 = 7874, four 31496). */
+AI void tok_q45_K(const struct pk_rec *R, const struct block_q8_K *x, __m256 acc[2], const int q5)
 {
     __m256i bsp[4]; /* (sum of sub-block 2c's x, of 2c + 1's) as int16 pairs */
     for (int c = 0; c < 4; c++) {
@@ -338,9 +356,17 @@ AI void tok_q4_K(const struct pk_rec *R, const struct block_q8_K *x, __m256 acc[
         __m256i A = _mm256_setzero_si256(), B = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
 #if PK_VNNI
-            A = _mm256_add_epi32(A, _mm256_mullo_epi32(sub8(R, x->qs, 8 * j, h), R->sc[j][h]));
+            A = _mm256_add_epi32(A, _mm256_mullo_epi32(subn(R, x->qs, 8 * j, h, 8), R->sc[j][h]));
 #else
-            A = _mm256_add_epi32(A, _mm256_madd_epi16(sub8(R, x->qs, 8 * j, h), R->sc[j][h]));
+            if (q5) {
+                A = _mm256_add_epi32(A,
+                                     _mm256_madd_epi16(subn(R, x->qs, 8 * j, h, 4), R->sc[j][h]));
+                A = _mm256_add_epi32(
+                    A, _mm256_madd_epi16(subn(R, x->qs, 8 * j + 4, h, 4), R->sc[j][h]));
+            } else {
+                A = _mm256_add_epi32(A,
+                                     _mm256_madd_epi16(subn(R, x->qs, 8 * j, h, 8), R->sc[j][h]));
+            }
 #endif
         }
         for (int c = 0; c < 4; c++)
@@ -470,10 +496,10 @@ AI __m256i dot4s(__m256i acc, __m256i u, __m256i x)
 #endif
 }
 
-AI void one_q4_K(struct pk_rec *R, const char *sb, const char *dsc, const struct block_q8_K *x,
-                 __m256 acc[2])
+AI void one_q45_K(struct pk_rec *R, const char *sb, const char *dsc, const struct block_q8_K *x,
+                  __m256 acc[2], const int q5)
 {
-    rec_q4_K_scales(R, sb, dsc);
+    rec_q4_K_scales(R, sb, q5 ? 2560 : 2048, dsc);
     const __m256i m4 = _mm256_set1_epi8(15);
     __m256i bsp[4];
     for (int c = 0; c < 4; c++) {
@@ -484,15 +510,25 @@ AI void one_q4_K(struct pk_rec *R, const char *sb, const char *dsc, const struct
     for (int h = 0; h < 2; h++) {
         __m256i A = _mm256_setzero_si256(), B = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
-            __m256i plo = _mm256_setzero_si256(), phi = _mm256_setzero_si256();
-            for (int i = 0; i < 8; i++) {
-                __m256i w = ld(sb + 64 * (8 * c + i) + 32 * h);
-                plo = dot4s(plo, _mm256_and_si256(w, m4), bc32(x->qs + 4 * (16 * c + i)));
-                phi = dot4s(phi, _mm256_and_si256(_mm256_srli_epi16(w, 4), m4),
-                            bc32(x->qs + 4 * (16 * c + 8 + i)));
+            /* avx2 q5_K: the int16 sums flushed every 4 dwords (see tok_q45_K) */
+            const int run = q5 && !PK_VNNI ? 4 : 8;
+            for (int i0 = 0; i0 < 8; i0 += run) {
+                __m256i plo = _mm256_setzero_si256(), phi = _mm256_setzero_si256();
+                for (int i = i0; i < i0 + run; i++) {
+                    __m256i w = ld(sb + 64 * (8 * c + i) + 32 * h);
+                    __m256i lo = _mm256_and_si256(w, m4);
+                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+                    if (q5) {
+                        __m256i qh = ld(sb + 2048 + 64 * i + 32 * h);
+                        lo = _mm256_or_si256(lo, q5k_bit(qh, 2 * c));
+                        hi = _mm256_or_si256(hi, q5k_bit(qh, 2 * c + 1));
+                    }
+                    plo = dot4s(plo, lo, bc32(x->qs + 4 * (16 * c + i)));
+                    phi = dot4s(phi, hi, bc32(x->qs + 4 * (16 * c + 8 + i)));
+                }
+                A = _mm256_add_epi32(A, _mm256_add_epi32(scale_mul(plo, R->sc[2 * c][h]),
+                                                         scale_mul(phi, R->sc[2 * c + 1][h])));
             }
-            A = _mm256_add_epi32(A, _mm256_add_epi32(scale_mul(plo, R->sc[2 * c][h]),
-                                                     scale_mul(phi, R->sc[2 * c + 1][h])));
             B = _mm256_add_epi32(B, _mm256_madd_epi16(R->sp[c][h], bsp[c]));
         }
         chain(&acc[h], A, R->d[h], x->d);
@@ -536,8 +572,11 @@ static void pass(const struct pk_mat *m, struct pk_rec *R, int panel, const stru
             case DTYPE_Q4_0:
                 one_q4_0(blk, dsc, xb + 2, st, acc[0]);
                 break;
-            default: /* q4_K */
-                one_q4_K(R, blk, dsc, (const struct block_q8_K *)xb, acc[0]);
+            case DTYPE_Q4_K:
+                one_q45_K(R, blk, dsc, (const struct block_q8_K *)xb, acc[0], 0);
+                break;
+            default: /* q5_K */
+                one_q45_K(R, blk, dsc, (const struct block_q8_K *)xb, acc[0], 1);
                 break;
             }
             continue;
@@ -550,7 +589,10 @@ static void pass(const struct pk_mat *m, struct pk_rec *R, int panel, const stru
             rec_q4_0(R, blk, dsc);
             break;
         case DTYPE_Q4_K:
-            rec_q4_K(R, blk, dsc);
+            rec_q45_K(R, blk, dsc, 0);
+            break;
+        case DTYPE_Q5_K:
+            rec_q45_K(R, blk, dsc, 1);
             break;
         default:
             rec_q6_K(R, blk, dsc);
@@ -569,7 +611,10 @@ static void pass(const struct pk_mat *m, struct pk_rec *R, int panel, const stru
                 tok_q4_0(R, xt + 2, st, acc[t]);
                 break;
             case DTYPE_Q4_K:
-                tok_q4_K(R, (const struct block_q8_K *)xt, acc[t]);
+                tok_q45_K(R, (const struct block_q8_K *)xt, acc[t], 0);
+                break;
+            case DTYPE_Q5_K:
+                tok_q45_K(R, (const struct block_q8_K *)xt, acc[t], 1);
                 break;
             default:
                 tok_q6_K(R, (const struct block_q8_K *)xt, acc[t]);
@@ -611,6 +656,12 @@ void PK_FN(kern__matmul_packed_)(enum dtype wt, const void *P, int rows, int k, 
     case DTYPE_Q4_K:
         m.nb = k / QK_K;
         m.sb = Q4KX16_SB;
+        m.dstep = 64;
+        m.xblk = sizeof(struct block_q8_K);
+        break;
+    case DTYPE_Q5_K:
+        m.nb = k / QK_K;
+        m.sb = Q5KX16_SB;
         m.dstep = 64;
         m.xblk = sizeof(struct block_q8_K);
         break;
