@@ -801,7 +801,11 @@ TEST(prefill_next_to_decodes_stays_within_the_step_limit)
      * both holds at most the limit the measured step costs allow (here a
      * tight ratio, so the limit is below the budget once the cost line has a
      * slope), the prompt still completes in chunks, and neither output
-     * differs from the request alone. */
+     * differs from the request alone. The limit follows measured step
+     * times, so on a host busy with other work one run can see every mixed
+     * step's limit at the budget (a slow decode step inflates the usual
+     * gap): the scenario runs up to three times, and the limit must have
+     * bitten in one of them; the outputs are checked in every run. */
     int32_t pa[64], pb[200];
     prompt_of(pa, 40, 40, 0);
     prompt_of(pb, 200, 0, 7);
@@ -810,45 +814,48 @@ TEST(prefill_next_to_decodes_stays_within_the_step_limit)
     reference(pb, 200, 4, 6, &ref_pb);
     struct inferd_engine_config cfg = cfg_of(128, 64, 4);
     cfg.prefill_step_ratio = 1.05f;
-    inferd_engine *e = engine_cfg(&cfg);
-    uint64_t ids[2];
-    ids[0] = submit_p(e, pa, 40, 60, 5, 0, NULL);
-    for (int k = 0; k < 10; k++)
-        EXPECT(inferd_engine_step(e) > 0); /* prefill 40, then decodes of 1 */
-    ids[1] = submit_p(e, pb, 200, 4, 6, 0, NULL);
-    int mixed = 0, below_budget = 0;
-    struct result res[2];
-    memset(res, 0, sizeof(res));
-    for (int guard = 0; guard < 1000; guard++) {
-        int n = inferd_engine_step(e);
-        EXPECT(n >= 0);
-        if (n == 0) break;
-        struct inferd_stats st;
-        inferd_engine_stats(e, &st);
-        EXPECT(st.last_step_tokens <= st.last_step_limit);
-        EXPECT(st.last_step_limit <= 128);
-        if (st.last_step_seqs == 2) mixed++;
-        if (st.last_step_seqs == 2 && st.step_ms_per_token > 0) {
-            /* 1.05 x a decode step leaves room for a few prompt tokens */
-            below_budget += st.last_step_limit < 128;
+    int below_budget = 0;
+    for (int attempt = 0; attempt < 3 && below_budget == 0; attempt++) {
+        inferd_engine *e = engine_cfg(&cfg);
+        uint64_t ids[2];
+        ids[0] = submit_p(e, pa, 40, 60, 5, 0, NULL);
+        for (int k = 0; k < 10; k++)
+            EXPECT(inferd_engine_step(e) > 0); /* prefill 40, then decodes of 1 */
+        ids[1] = submit_p(e, pb, 200, 4, 6, 0, NULL);
+        int mixed = 0;
+        struct result res[2];
+        memset(res, 0, sizeof(res));
+        for (int guard = 0; guard < 1000; guard++) {
+            int n = inferd_engine_step(e);
+            EXPECT(n >= 0);
+            if (n == 0) break;
+            struct inferd_stats st;
+            inferd_engine_stats(e, &st);
+            EXPECT(st.last_step_tokens <= st.last_step_limit);
+            EXPECT(st.last_step_limit <= 128);
+            if (st.last_step_seqs == 2) mixed++;
+            if (st.last_step_seqs == 2 && st.step_ms_per_token > 0) {
+                /* 1.05 x a decode step leaves room for a few prompt tokens */
+                below_budget += st.last_step_limit < 128;
+            }
+            struct inferd_event ev;
+            while (inferd_poll(e, &ev))
+                for (int k = 0; k < 2; k++)
+                    if (ev.request == ids[k] && ev.token >= 0) {
+                        res[k].toks[res[k].n] = ev.token;
+                        res[k].lps[res[k].n] = ev.logprob;
+                        for (int j = 0; j < 3; j++)
+                            res[k].top[res[k].n][j] = ev.top[j].logprob;
+                        res[k].n++;
+                    }
         }
-        struct inferd_event ev;
-        while (inferd_poll(e, &ev))
-            for (int k = 0; k < 2; k++)
-                if (ev.request == ids[k] && ev.token >= 0) {
-                    res[k].toks[res[k].n] = ev.token;
-                    res[k].lps[res[k].n] = ev.logprob;
-                    for (int j = 0; j < 3; j++)
-                        res[k].top[res[k].n][j] = ev.top[j].logprob;
-                    res[k].n++;
-                }
+        /* the 200-token prompt took more than one mixed step */
+        EXPECT(mixed >= 2);
+        EXPECT(same_output(&res[0], &ref_pa));
+        EXPECT(same_output(&res[1], &ref_pb));
+        inferd_engine_free(e);
     }
-    /* the 200-token prompt took more than one mixed step */
-    EXPECT(mixed >= 2);
     EXPECT(below_budget >= 1);
-    EXPECT(same_output(&res[0], &ref_pa));
-    EXPECT(same_output(&res[1], &ref_pb));
-    inferd_engine_free(e);
 }
 
 TEST(prefill_step_ratio_is_validated)
