@@ -50,10 +50,12 @@
  * Prefetch: the rows of a panel pair are one contiguous range, streamed
  * front to back; a near prefetch (PK_PF ahead, non-temporal: each weight
  * byte is used in one block and never again, and should not push the
- * tokens' activations out of L1) and, from PK_FAR_T tokens on a one-pass
- * call, a far one into L2 (PK_FAR ahead, on past the call's rows: a decode
- * thread's next piece of rows follows its current one). The measurements
- * behind the distances are in docs/benchmarks.md.
+ * tokens' activations out of L1) and, on a one-pass call (up to 16
+ * tokens), a far one into L2 (PK_FAR ahead, on past the call's rows: a
+ * decode thread's next piece of rows follows its current one). Over
+ * prefill's token groups, which reread each panel pair from L2, the far
+ * prefetch costs more than it brings. The measurements behind the distances
+ * are in docs/benchmarks.md.
  *
  * Thread safety: pure; per-thread scratch (the K-quant prep) from
  * kern__scratch.
@@ -70,7 +72,6 @@
 #define PK_GEMV_MAX KERN_PACKED_ONE_PASS /* token counts up to this take one pass */
 #define PK_PF       2048                 /* near prefetch distance along a panel, bytes */
 #define PK_FAR      (48 << 10)           /* far prefetch distance into L2, bytes */
-#define PK_FAR_T    4                    /* tokens from which the far prefetch pays */
 #define L2_PK       (512 * 1024)         /* activation bytes a token block may keep */
 
 _Static_assert(PK_GEMV_MAX == 16, "one kernel instance per token count below");
@@ -126,18 +127,18 @@ struct pkpanels {
     const char *p[2];    /* the panels' first bytes */
     const char *end;     /* one past the last of them */
     bool more;           /* the call's rows go on past them */
-    bool far;            /* prefetch PK_FAR ahead too */
+    bool far;            /* prefetch PK_FAR ahead too (a one-pass call) */
     const char *far_end; /* the far prefetch stops here */
 };
 
-AI struct pkpanels pk_panels(const struct pkq *a, int r, const int NP, const int T)
+AI struct pkpanels pk_panels(const struct pkq *a, int r, const int NP)
 {
     struct pkpanels s;
     for (int p = 0; p < NP; p++)
         s.p[p] = a->P + (size_t)(r / PANEL + p) * a->pb;
     s.end = s.p[NP - 1] + a->pb;
     s.more = r + NP * PANEL < a->r1;
-    s.far = T >= PK_FAR_T && a->far;
+    s.far = a->far;
     s.far_end = a->end;
     return s;
 }
@@ -177,18 +178,12 @@ AI void pk_store(const struct pkq *a, const struct pkx *g, int r, const __m512 a
  * with the accumulators in L1: fully unrolled, the 16-token body ran slower
  * (its size, not the registers, bounded it). With one panel and fewer than
  * four tokens, each integer is split into two dependency chains (latency);
- * otherwise the other chains hide it.
- *
- * From PK_FAR_T tokens on, a block takes long enough to compute that the
- * near prefetch is issued too late to cover memory latency, and the
- * hardware prefetchers alone do not keep the stream full while the core
- * computes; below, the extra prefetches cost more than they bring, and over
- * prefill's token groups (which reread each panel pair from L2) too. */
+ * otherwise the other chains hide it. */
 AI void gemv_pk_32(const struct pkq *a, const struct pkx *g, int r, const int Q4, const int NP,
                    const int T)
 {
     const size_t qb = Q4 ? 256 : 512; /* quant bytes per block and panel */
-    const struct pkpanels s = pk_panels(a, r, NP, T);
+    const struct pkpanels s = pk_panels(a, r, NP);
     const uint16_t *sc[2];
     for (int p = 0; p < NP; p++)
         sc[p] = (const uint16_t *)(s.p[p] + (size_t)a->nb * qb);
@@ -316,7 +311,7 @@ static void prep_q4_K(const char *xq, size_t xrb, int n_tok, int nb, char *out)
  * masks over groups 8(j/2) .. + 7. */
 AI void gemv_pk_q4_K(const struct pkq *a, const struct pkx *g, int r, const int NP, const int T)
 {
-    const struct pkpanels s = pk_panels(a, r, NP, T);
+    const struct pkpanels s = pk_panels(a, r, NP);
     const int lines = Q4KX16_SB / 64; /* 35 */
     const __m512i m4 = _mm512_set1_epi8(15);
     __m512 acc[PK_GEMV_MAX][2];
@@ -422,7 +417,7 @@ static void prep_q6_K(const char *xq, size_t xrb, int n_tok, int nb, char *out)
  * puts them. */
 AI void gemv_pk_q6_K(const struct pkq *a, const struct pkx *g, int r, const int NP, const int T)
 {
-    const struct pkpanels s = pk_panels(a, r, NP, T);
+    const struct pkpanels s = pk_panels(a, r, NP);
     const int lines = Q6KX16_SB / 64; /* 52 */
     const __m512i m4 = _mm512_set1_epi8(15), m33 = _mm512_set1_epi8(0x33);
     __m512 acc[PK_GEMV_MAX][2];
