@@ -297,11 +297,37 @@ static void prep_q4_K(const char *xq, size_t xrb, int n_tok, int nb, char *out)
         }
 }
 
+/* Sub-block j for NT tokens (1 or 2) from xt on: A[u][p] += sc[p] *
+ * (the sub-block's integer of token u, panel p). Two tokens per step give
+ * the core four independent vpdpbusd chains to interleave (2 panels), where
+ * one token's two chains of eight left it waiting on their latency; with
+ * one panel and one token (split) the chain is cut in two. */
+AI void q4k_subblock(const __m512i w[2][8], const __m512i sc[2], const char *xt, size_t xrb,
+                     __m512i A[][2], const int NP, const int NT, const int split)
+{
+    __m512i I[4][2][2]; /* [token][panel][chain] */
+    for (int u = 0; u < NT; u++)
+        for (int p = 0; p < NP; p++)
+            I[u][p][0] = I[u][p][1] = _mm512_setzero_si512();
+    for (int i = 0; i < 8; i++)
+        for (int u = 0; u < NT; u++) {
+            const __m512i x = bcast32(xt + (size_t)u * xrb + 4 * i);
+            for (int p = 0; p < NP; p++)
+                I[u][p][split & i] = _mm512_dpbusd_epi32(I[u][p][split & i], w[p][i], x);
+        }
+    for (int u = 0; u < NT; u++)
+        for (int p = 0; p < NP; p++) {
+            const __m512i i = split ? _mm512_add_epi32(I[u][p][0], I[u][p][1]) : I[u][p][0];
+            A[u][p] = _mm512_add_epi32(A[u][p], _mm512_mullo_epi32(i, sc[p]));
+        }
+}
+
 /* NP panels x T tokens over q4_K super-blocks (2240 bytes per panel):
  *
  *   per super-block:  sc[8], mp[4], d, dmin of each panel        (L1)
  *     for sub-block j: w[p][0..7] = nibbles of groups 8(j/2) .. + 7  (registers)
- *       for token t:  A[t][p] += vpmulld(sum_i vpdpbusd(w[p][i], x_t dword 8j + i), sc[j][p])
+ *       for token t:  A[t][p] += vpmulld(sum_i vpdpbusd(w[p][i], x_t dword 8j + i),
+ *                                        sc[j][p])            (two tokens a step)
  *     for token t:    B = sum_i vpdpwssd(mp[i][p], (S_2i, S_2i+1) of t)
  *                     acc[t][p] = fma((float)A, d * dx, acc); fma((float)-B, dmin * dx, acc)
  *
@@ -346,24 +372,13 @@ AI void gemv_pk_q4_K(const struct pkq *a, const struct pkx *g, int r, const int 
                 }
             }
             const char *xj = xb + offsetof(struct block_q8_K, qs) + 32 * j;
-            const int split = NP == 1 && T < 4;
+            const __m512i scj[2] = {sc[0][j], sc[NP - 1][j]};
 #pragma GCC unroll 1
-            for (int t = 0; t < T; t++) {
-                const char *xt = xj + (size_t)t * g->xrb;
-                __m512i I[2][2];
-                for (int p = 0; p < NP; p++)
-                    I[p][0] = I[p][1] = _mm512_setzero_si512();
-                for (int i = 0; i < 8; i++) {
-                    const __m512i x = bcast32(xt + 4 * i);
-                    for (int p = 0; p < NP; p++)
-                        I[p][split & i] = _mm512_dpbusd_epi32(I[p][split & i], w[p][i], x);
-                }
-                for (int p = 0; p < NP; p++) {
-                    const __m512i i = split ? _mm512_add_epi32(I[p][0], I[p][1]) : I[p][0];
-                    const __m512i m = _mm512_mullo_epi32(i, sc[p][j]);
-                    A[t][p] = _mm512_add_epi32(A[t][p], m);
-                }
-            }
+            for (int t = 0; t + 4 <= T; t += 4)
+                q4k_subblock(w, scj, xj + (size_t)t * g->xrb, g->xrb, A + t, NP, 4, 0);
+            if (T % 4)
+                q4k_subblock(w, scj, xj + (size_t)(T - T % 4) * g->xrb, g->xrb, A + T - T % 4, NP,
+                             T % 4, NP == 1 && T < 2);
         }
 #pragma GCC unroll 1
         for (int t = 0; t < T; t++) {
