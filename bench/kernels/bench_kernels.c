@@ -13,9 +13,10 @@
  *           for the quantized types, FMA for f32/f16, vdpbf16ps for bf16),
  *           counted as multiply-adds (one vpdpbusd zmm = 64).
  *
- *   packed  (each packed type, 1 thread): 1 token's GB/s and share of the
- *           1-thread read loop, then the time per call at 4..512 tokens as a
- *           ratio to 1 token's (weights from memory up to 64 tokens).
+ *   packed  (q8_0, q4_0, q4_K, q5_K, q6_K packed at load, 1 thread): time per call
+ *           at 1..512 tokens and its ratio to 1 token (weights from memory up
+ *           to 64 tokens); 1 token's bytes/s against the read loop, 512
+ *           tokens' multiply-adds/s against the vpdpbusd peak.
  *   attention (f16 KV, 1 thread): one decode token's attention for a KV
  *           group of 7 query heads of width 64 (Qwen2.5-0.5B) over 1,536
  *           cached positions in 16-row blocks: one kv_dot / kv_accum call
@@ -269,12 +270,15 @@ static double bench_prefill(enum dtype wt, struct shape sh, int n_tok)
     return best;
 }
 
-/* A packed type (kern_matmul_packed), one thread: the weights cycle through
+/* Packed weights (kern_matmul_packed), one thread: the weights cycle through
  * >= 256 MB of packed copies, so they come from memory as in a decode step;
  * per batch size, the best of `trials` times per call and its ratio to one
- * token. A memory-bound kernel that reads the weights once per call costs
- * about the same at 1 and at 16 tokens. */
-static void bench_packed_batches(enum dtype wt, struct shape sh, int trials, double bw)
+ * token; one token's weight bytes per second against the read loop (bw,
+ * 1 thread), and 512 tokens' multiply-adds per second against the
+ * vpdpbusd peak (p_vnni). A memory-bound kernel that reads the weights once
+ * per call costs about the same at 1 and at 16 tokens. */
+static void bench_packed_batches(enum dtype wt, struct shape sh, int trials, double bw,
+                                 double p_vnni)
 {
     static const int toks[] = {1, 4, 8, 16, 32, 64, 512};
     const int n_max = 512;
@@ -290,12 +294,12 @@ static void bench_packed_batches(enum dtype wt, struct shape sh, int trials, dou
     size_t xrb;
     char *x = make_acts(wt, n_max, sh.k, &xrb);
     const size_t xsb = kern_act_side_bytes(wt, sh.k);
-    char *xs = malloc(xsb * n_max);
-    for (int t = 0; t < n_max; t++)
+    char *xs = xsb ? malloc(xsb * n_max) : NULL;
+    for (int t = 0; xsb && t < n_max; t++)
         kern_act_side(wt, x + xrb * t, sh.k, xs + xsb * t);
     float *y = malloc(sizeof(float) * sh.rows * n_max);
-    double t1 = 0;
-    printf("packed %s %dx%d, 1 thread:", dtype_info(wt)->name, sh.rows, sh.k);
+    double t1 = 0, t512 = 0;
+    printf("packed %-4s %dx%d, 1 thread:", dtype_info(wt)->name, sh.rows, sh.k);
     for (size_t i = 0; i < sizeof(toks) / sizeof(toks[0]); i++) {
         const int n = toks[i];
         /* prefill-sized batches run on cache-resident weights: a few copies suffice */
@@ -309,15 +313,14 @@ static void bench_packed_batches(enum dtype wt, struct shape sh, int trials, dou
             double dt = (cpu_s() - t0) / nc;
             best = dt < best ? dt : best;
         }
-        if (n == 1) {
-            t1 = best;
-            double gbs = (double)dtype_row_size(wt, sh.k) * sh.rows / best / 1e9;
-            printf(" 1 tok %.0f us %.1f GB/s %.0f%% of bw", best * 1e6, gbs, 100 * gbs / bw);
-            continue;
-        }
-        printf(" | %d tok %.2fx", n, best / t1);
+        if (n == 1) t1 = best;
+        if (n == 512) t512 = best;
+        printf(" | %d tok %.0f us %.2fx", n, best * 1e6, best / t1);
     }
-    printf("\n");
+    const double gbs = (double)dtype_row_size(wt, sh.k) * sh.rows / t1 / 1e9;
+    const double macs = (double)sh.rows * sh.k * 512 / t512;
+    printf(" | 1 tok %.1f GB/s %.0f%% of read, 512 tok %.1f GMAC/s %.0f%% of vpdpbusd\n", gbs,
+           100 * gbs / bw, macs / 1e9, 100 * macs / p_vnni);
     for (int i = 0; i < copies; i++)
         free(P[i]);
     free(P);
@@ -439,7 +442,7 @@ int main(int argc, char **argv)
            "%.1f\n",
            p_fma / 1e9, 2 * p_fma / 1e9, p_vnni / 1e9, p_bf16 / 1e9);
     static const enum dtype types[] = {DTYPE_Q8_0, DTYPE_F16,  DTYPE_Q4_0, DTYPE_Q4_K,
-                                       DTYPE_Q5_K, DTYPE_Q6_K, DTYPE_BF16, DTYPE_F32};
+                                       DTYPE_Q6_K, DTYPE_BF16, DTYPE_F32};
     const size_t n_types = packed_only ? 0 : sizeof(types) / sizeof(types[0]);
     if (n_types)
         printf("%-5s %-10s | %-22s | %-22s | %s\n", "type", "shape", "decode 1 thread",
@@ -462,13 +465,13 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
     }
-    bench_attention(p_fma, trials);
-    static const enum dtype ptypes[] = {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q4_K, DTYPE_Q6_K};
+    if (!packed_only) bench_attention(p_fma, trials);
+    static const enum dtype ptypes[] = {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q4_K, DTYPE_Q5_K, DTYPE_Q6_K};
     for (size_t ti = 0; ti < sizeof(ptypes) / sizeof(ptypes[0]); ti++) {
         const int kq = dtype_info(ptypes[ti])->blck == 256;
-        struct shape pshapes[2] = {{4864, kq ? 1024 : 896}, {896, 4864}};
-        for (int s = 0; s < 2; s++) {
-            bench_packed_batches(ptypes[ti], pshapes[s], trials, median(bw1, 9));
+        struct shape pshapes[3] = {{4864, kq ? 1024 : 896}, {896, 4864}, {896, kq ? 1024 : 896}};
+        for (int s = 0; s < 3; s++) {
+            bench_packed_batches(ptypes[ti], pshapes[s], trials, median(bw1, 9), p_vnni);
             fflush(stdout);
         }
     }

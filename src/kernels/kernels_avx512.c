@@ -35,11 +35,9 @@
  * interleaved row streams are more than the hardware prefetchers follow,
  * and short rows end before they ramp up.
  *
- * Packed q8_0 weights (kern_pack, quants.h) are the tiles' panel layout
- * built once at load: more than 16 tokens run the tiles on them with no
- * repack; up to 16 tokens (decode steps, batched decode) run one pass over
- * each pair of panels with every token's accumulators live, so the weights
- * are read from memory once per step whatever the batch (gemv_pk_q8_0).
+ * Packed weights (kern_pack, quants.h: q8_0, q4_0, q4_K, q6_K built once
+ * at load) have their own kernels in packed_avx512.c, which the table at the
+ * end of this file points to.
  *
  * FLOAT MATMUL (f32, f16, bf16 weights): lanes along k, 16 per element, the
  * canonical scheme; a 4-row x 6-token register tile shares each weight and
@@ -66,7 +64,6 @@
 
 #define L2_ACT  (2048 * 1024) /* activation bytes a quantized token block may keep */
 #define L2_FACT (256 * 1024)  /* activation bytes a float token block may keep */
-#define L2_PK   (512 * 1024)  /* activation bytes a packed q8_0 token block may keep */
 
 /* ---- small helpers ---- */
 
@@ -82,19 +79,6 @@ AI float hsum16(__m512 v)
 AI __m512i bcast32(const void *p)
 {
     return _mm512_set1_epi32(kern__ld32(p));
-}
-
-/* Tokens per block whose activations take about `budget` bytes. Quantized
- * kernels read one activation byte per 16-32 multiply-adds and take blocks
- * as large as the repack cost wants; float tiles read one f32 per 4 FMAs, so
- * their activations must stay in L2 (1 MiB on Zen 4, with the weight rows):
- * 2 MiB float blocks ran from L3 at ~50 % of the FMA peak, 256 KiB at ~75 %. */
-static int token_block(size_t x_row_bytes, int n_tok, int multiple, size_t budget)
-{
-    size_t tb = budget / (x_row_bytes ? x_row_bytes : 1);
-    if (tb < (size_t)multiple) tb = (size_t)multiple;
-    tb -= tb % (size_t)multiple;
-    return tb >= (size_t)n_tok ? n_tok : (int)tb;
 }
 
 /* ================= float weights ================= */
@@ -223,7 +207,7 @@ static void matmul_float(enum dtype wt, const void *W, size_t wrb, int k, int r0
     void (*const *fns)(const struct mmf *, int, int) = wt == DTYPE_F32   ? mmf_f32__fns
                                                        : wt == DTYPE_F16 ? mmf_f16__fns
                                                                          : mmf_bf16__fns;
-    int tb = token_block(xrb, n_tok, FTILE_T, L2_FACT);
+    int tb = kern__token_block(xrb, n_tok, FTILE_T, L2_FACT);
     for (int tb0 = 0; tb0 < n_tok; tb0 += tb) {
         int tb1 = tb0 + tb < n_tok ? tb0 + tb : n_tok;
         for (int r = r0; r < r1; r += FTILE_R)
@@ -1260,6 +1244,7 @@ static void prep_q8_0(const char *xq, size_t xrb, int n_tok, int nb, int offset,
 
 void kern__act_side_q8_0_avx512(const void *xq, int k, void *side)
 {
+    _Static_assert(sizeof(struct xq8) == sizeof(struct kern_q8_side), "side data layout");
     prep_q8_0(xq, 0, 1, k / QK8_0, 128, side);
 }
 
@@ -1314,7 +1299,7 @@ static void matmul_quant(const struct qtype *qt, const void *W, size_t wrb, int 
     const size_t pstride =
         ((size_t)chunk * qt->pblock + (qt->offset ? 32 * (size_t)chunk : 0) + 63) & ~(size_t)63;
     char *panels = kern__scratch(KERN__SLOT_PANEL, 2 * pstride);
-    const int tb = token_block(xrb, n_tok, TILE_T, L2_ACT);
+    const int tb = kern__token_block(xrb, n_tok, TILE_T, L2_ACT);
     float *acc = kern__scratch(KERN__SLOT_ACC, (size_t)tb * 2 * PANEL * sizeof(float));
 
     for (int tb0 = 0; tb0 < n_tok; tb0 += tb) {
@@ -1358,230 +1343,6 @@ static void matmul_quant(const struct qtype *qt, const void *W, size_t wrb, int 
                 }
             }
             store_acc(acc, np, nt, r1 - r, y + (size_t)tb0 * ldy + r, ldy);
-            r += np * PANEL;
-        }
-    }
-}
-
-/* ================= packed q8_0 weights (quants.h) ================= */
-
-/* The load-time layout is the tiles' panel layout already, so prefill runs
- * the same register tiles straight from it, and small batches need no
- * transpose: eight vpdpbusd per block and token leave each row's block
- * integer in its lane. */
-
-struct pkq {
-    const char *P;   /* packed matrix */
-    size_t pb;       /* bytes per panel */
-    int nb;          /* blocks per row */
-    int r1;          /* one past the last row to store */
-    const char *end; /* one past the matrix's last panel */
-    bool far;        /* one pass over the rows: prefetch far ahead too (PK_FAR) */
-};
-
-/* The tokens of one small-batch pass: activation rows and their side data
- * at fixed strides, as the engine lays them out. */
-struct pkx {
-    const char *x;  /* token 0's q8_0 activation row */
-    size_t xrb;     /* bytes between activation rows */
-    const char *xs; /* token 0's side data (struct xq8 per block) */
-    size_t xsrb;    /* bytes between side data rows */
-    float *y;       /* token 0's output row */
-    int ldy;        /* floats between output rows */
-};
-
-#define PK_GEMV_MAX KERN_PACKED_ONE_PASS /* token counts up to this take the one-pass kernel */
-_Static_assert(PK_GEMV_MAX == 16, "one gemv_pk_q8_0 instance per token count below");
-#define PK_PF    2048       /* prefetch distance along each panel's quants, bytes */
-#define PK_FAR   (48 << 10) /* distance of the far prefetch into L2, bytes */
-#define PK_FAR_T 4          /* tokens from which the far prefetch pays */
-
-/* NP panels (16 or 32 rows) x T tokens (1..16) in one pass over the
- * panels, the kernel of every step of up to PK_GEMV_MAX tokens:
- *
- *   for block b:   w[p][0..7] = the block's 8 x 64 bytes of each panel  (registers)
- *     for token t: I[p] = bias_t + sum_q vpdpbusd(w[p][q], x_t dword q)
- *                  acc[t][p] = fma((float)I[p], dw[p] * dx_t, acc[t][p])
- *
- * Each weight byte is read from memory once whatever T, so a 16-token step
- * streams the same bytes as a 1-token step and costs what its multiply-adds
- * cost; before, tokens went four at a time and an 8-token step read every
- * panel twice. Two panels stream side by side (more reads in flight, which
- * lifts even T = 1) and share each activation broadcast between two
- * vpdpbusd. The token loop stays rolled, with the accumulators in L1: fully
- * unrolled, the 16-token body ran slower (its size, not the registers,
- * bounded it). Each (row, token) element runs the canonical chain - the
- * exact block integer, then fma((float)isum, dw * dx, acc) in block order -
- * so its bits do not depend on T, NP or the row range. With one panel and
- * fewer than four tokens, each integer is split into two dependency chains
- * (latency); otherwise the other chains hide it.
- *
- * From PK_FAR_T tokens on, a block takes long enough to compute that the
- * near prefetch (PK_PF ahead, into L1) is issued too late to cover memory
- * latency, and the hardware prefetchers alone do not keep the stream full
- * while the core computes: on one pass (a decode step), each panel also
- * prefetches PK_FAR ahead into L2. Two threads on halves of a 4864 x 896
- * matrix, 8 tokens: 163 us without, 117 us with (1 token: ~113 us), so an
- * 8-token step streams its weights about as fast as a 1-token step; in the
- * engine, alternating per step, 8-token steps ran 12 % and 4-token steps
- * 7 % faster. Below PK_FAR_T tokens the extra prefetches cost (1 and 2
- * tokens: 2-10 % slower), and over prefill's token groups, which reread
- * each panel pair from L2, they cost 7 %. The far prefetch runs on past the
- * call's rows to the matrix's end: a decode thread's next piece of rows
- * follows its current one (forward.c's row segments), and stopping at each
- * piece's end cost 8-token steps 1.5 %.
- *
- * The near prefetch is non-temporal: each weight byte is used in one block
- * and then never again, so it should not push the tokens' activations (up
- * to 16 x 5 KiB for the 4864-wide down projection) out of L1. Alternating
- * per step in the engine: 1-token steps 2-4 % faster, 8-token steps 0-1 %. */
-AI void gemv_pk_q8_0(const struct pkq *a, const struct pkx *g, int r, const int NP, const int T)
-{
-    const char *panel[2];
-    const uint16_t *sc[2];
-    for (int p = 0; p < NP; p++) {
-        panel[p] = a->P + (size_t)(r / PANEL + p) * a->pb;
-        sc[p] = (const uint16_t *)(panel[p] + (size_t)a->nb * 512);
-    }
-    /* the panels after these follow: prefetch on into them */
-    const char *end = panel[NP - 1] + a->pb;
-    const bool more = r + NP * PANEL < a->r1;
-    __m512 acc[PK_GEMV_MAX][2];
-    for (int t = 0; t < T; t++)
-        for (int p = 0; p < NP; p++)
-            acc[t][p] = _mm512_setzero_ps();
-    for (int b = 0; b < a->nb; b++) {
-        __m512i w[2][8];
-        __m512 dw[2];
-        for (int p = 0; p < NP; p++) {
-            const __m512i *wp = (const __m512i *)(panel[p] + (size_t)b * 512);
-            const char *pf = (const char *)wp + PK_PF;
-            if (pf < end || more)
-                for (int i = 0; i < 8; i++)
-                    _mm_prefetch(pf + 64 * i, _MM_HINT_NTA);
-            if ((b & 1) == 0)
-                _mm_prefetch((const char *)(sc[p] + PANEL * b) + PK_PF / 8, _MM_HINT_T0);
-            if (T >= PK_FAR_T && a->far && (const char *)wp + PK_FAR < a->end)
-                for (int i = 0; i < 8; i++)
-                    _mm_prefetch((const char *)wp + PK_FAR + 64 * i, _MM_HINT_T2);
-            for (int q = 0; q < 8; q++)
-                w[p][q] = _mm512_load_si512(wp + q);
-            dw[p] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc[p] + PANEL * b)));
-        }
-        const char *xb = g->x + (size_t)b * sizeof(struct block_q8_0) + 2;
-        const struct xq8 *side = (const struct xq8 *)g->xs + b;
-#pragma GCC unroll 1
-        for (int t = 0; t < T; t++) {
-            const char *xt = xb + (size_t)t * g->xrb;
-            const struct xq8 *st = (const struct xq8 *)((const char *)side + (size_t)t * g->xsrb);
-            const __m512i bias = _mm512_set1_epi32(st->bias);
-            __m512i I[2][2];
-            for (int p = 0; p < NP; p++) {
-                I[p][0] = bias;
-                I[p][1] = _mm512_setzero_si512();
-            }
-            const int split = NP == 1 && T < 4;
-            for (int q = 0; q < 8; q++) {
-                const __m512i x = bcast32(xt + 4 * q);
-                for (int p = 0; p < NP; p++)
-                    I[p][split & q] = _mm512_dpbusd_epi32(I[p][split & q], w[p][q], x);
-            }
-            const __m512 dx = _mm512_set1_ps(st->d);
-            for (int p = 0; p < NP; p++) {
-                const __m512i i = split ? _mm512_add_epi32(I[p][0], I[p][1]) : I[p][0];
-                acc[t][p] =
-                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(dw[p], dx), acc[t][p]);
-            }
-        }
-    }
-    for (int p = 0; p < NP; p++) {
-        const int rp = r + PANEL * p, nr = a->r1 - rp < PANEL ? a->r1 - rp : PANEL;
-        const __mmask16 m = (__mmask16)((1u << nr) - 1);
-        for (int t = 0; t < T; t++)
-            _mm512_mask_storeu_ps(g->y + (size_t)t * g->ldy + rp, m, acc[t][p]);
-    }
-}
-
-#define DEF_GEMV_PK(T)                                                                             \
-    static __attribute__((noinline)) void gemv_pk_q8_0_1_##T(const struct pkq *a,                  \
-                                                             const struct pkx *g, int r)           \
-    {                                                                                              \
-        gemv_pk_q8_0(a, g, r, 1, T);                                                               \
-    }                                                                                              \
-    static __attribute__((noinline)) void gemv_pk_q8_0_2_##T(const struct pkq *a,                  \
-                                                             const struct pkx *g, int r)           \
-    {                                                                                              \
-        gemv_pk_q8_0(a, g, r, 2, T);                                                               \
-    }
-DEF_GEMV_PK(1)
-DEF_GEMV_PK(2)
-DEF_GEMV_PK(3)
-DEF_GEMV_PK(4)
-DEF_GEMV_PK(5)
-DEF_GEMV_PK(6)
-DEF_GEMV_PK(7)
-DEF_GEMV_PK(8)
-DEF_GEMV_PK(9)
-DEF_GEMV_PK(10)
-DEF_GEMV_PK(11)
-DEF_GEMV_PK(12)
-DEF_GEMV_PK(13)
-DEF_GEMV_PK(14)
-DEF_GEMV_PK(15)
-DEF_GEMV_PK(16)
-
-typedef void (*gemv_pk_fn)(const struct pkq *, const struct pkx *, int);
-#define GEMV_PK_ROW(NP)                                                                            \
-    {                                                                                              \
-        NULL, gemv_pk_q8_0_##NP##_1, gemv_pk_q8_0_##NP##_2, gemv_pk_q8_0_##NP##_3,                 \
-            gemv_pk_q8_0_##NP##_4, gemv_pk_q8_0_##NP##_5, gemv_pk_q8_0_##NP##_6,                   \
-            gemv_pk_q8_0_##NP##_7, gemv_pk_q8_0_##NP##_8, gemv_pk_q8_0_##NP##_9,                   \
-            gemv_pk_q8_0_##NP##_10, gemv_pk_q8_0_##NP##_11, gemv_pk_q8_0_##NP##_12,                \
-            gemv_pk_q8_0_##NP##_13, gemv_pk_q8_0_##NP##_14, gemv_pk_q8_0_##NP##_15,                \
-            gemv_pk_q8_0_##NP##_16                                                                 \
-    }
-static const gemv_pk_fn gemv_pk_fns[3][PK_GEMV_MAX + 1] = {{NULL}, GEMV_PK_ROW(1), GEMV_PK_ROW(2)};
-
-static void matmul_packed_avx512(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
-                                 const void *xq, size_t xrb, const void *xs, size_t xsrb, int n_tok,
-                                 float *y, int ldy)
-{
-    if (wt != DTYPE_Q8_0) { /* a layout this level has no kernel for */
-        kern__matmul_packed_ref(wt, P, rows, k, r0, r1, xq, xrb, xs, xsrb, n_tok, y, ldy);
-        return;
-    }
-    const int nb = k / QK8_0;
-    const size_t pb = q8x16_panel_bytes(nb);
-    const struct pkq a = {P,
-                          pb,
-                          nb,
-                          r1,
-                          (const char *)P + (size_t)((rows + PANEL - 1) / PANEL) * pb,
-                          n_tok <= PK_GEMV_MAX};
-    _Static_assert(sizeof(struct xq8) == sizeof(struct kern_q8_side), "side data layout");
-    /* Up to 16 tokens: one pass over each pair of panels. More (prefill,
-     * large batches): token blocks whose activations (the bytes read, not
-     * the row stride, which in the engine is much wider) stay in L2, and per
-     * pair of panels (up to 160 KiB, in L2 after the first pass) one pass
-     * per group of at most 16 tokens, the groups as even as they go. */
-    const size_t x_bytes = (size_t)nb * (sizeof(struct block_q8_0) + sizeof(struct xq8));
-    const int tb = n_tok <= PK_GEMV_MAX ? n_tok : token_block(x_bytes, n_tok, PK_GEMV_MAX, L2_PK);
-    for (int tb0 = 0; tb0 < n_tok; tb0 += tb) {
-        const int nt = tb0 + tb < n_tok ? tb : n_tok - tb0;
-        const int ng = (nt + PK_GEMV_MAX - 1) / PK_GEMV_MAX;
-        for (int r = r0; r < r1;) {
-            const int np = r + PANEL < r1 ? 2 : 1;
-            for (int i = 0, t0 = tb0; i < ng; i++) {
-                const int T = (tb0 + nt - t0) / (ng - i);
-                const struct pkx g = {(const char *)xq + (size_t)t0 * xrb,
-                                      xrb,
-                                      (const char *)xs + (size_t)t0 * xsrb,
-                                      xsrb,
-                                      y + (size_t)t0 * ldy,
-                                      ldy};
-                gemv_pk_fns[np][T](&a, &g, r);
-                t0 += T;
-            }
             r += np * PANEL;
         }
     }
@@ -2361,8 +2122,9 @@ static float sum_sq_f32_avx512(const float *x, int n)
 
 const struct kern__ops kern__ops_avx512 = {
     .matmul = matmul_avx512,
-    .matmul_packed = matmul_packed_avx512,
-    .packed = KERN__BIT(DTYPE_Q8_0),
+    .matmul_packed = kern__matmul_packed_avx512, /* packed_avx512.c */
+    .packed = KERN__BIT(DTYPE_Q8_0) | KERN__BIT(DTYPE_Q4_0) | KERN__BIT(DTYPE_Q4_K) |
+              KERN__BIT(DTYPE_Q6_K),
     .kv_dot = kv_dot_avx512,
     .kv_accum = kv_accum_avx512,
     .kv_dot_heads = kv_dot_heads_avx512,

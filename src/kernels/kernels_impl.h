@@ -194,6 +194,26 @@ static inline float kern__tree16(const float l[16])
     return c[0] + c[1];
 }
 
+/* Tokens per block whose activations take about `budget` bytes, a multiple
+ * of `multiple` (or all n_tok). Quantized kernels read one activation byte
+ * per 16-32 multiply-adds and take blocks as large as the repack cost wants;
+ * float tiles read one f32 per 4 FMAs, so their activations must stay in L2
+ * (1 MiB on Zen 4, with the weight rows): 2 MiB float blocks ran from L3 at
+ * ~50 % of the FMA peak, 256 KiB at ~75 %. */
+static inline int kern__token_block(size_t x_row_bytes, int n_tok, int multiple, size_t budget)
+{
+    size_t tb = budget / (x_row_bytes ? x_row_bytes : 1);
+    if (tb < (size_t)multiple) tb = (size_t)multiple;
+    tb -= tb % (size_t)multiple;
+    return tb >= (size_t)n_tok ? n_tok : (int)tb;
+}
+
+/* kern_matmul_packed at the AVX-512 level (packed_avx512.c): every packed
+ * layout, the types without a kernel there through kern__matmul_packed_ref. */
+void kern__matmul_packed_avx512(enum dtype wt, const void *P, int rows, int k, int r0, int r1,
+                                const void *xq, size_t xrb, const void *xs, size_t xsrb, int n_tok,
+                                float *y, int ldy);
+
 /* AVX-512 activation quantizers (quant_act_avx512.c), bit-identical to the
  * reference; kern_quantize_act calls them at that level. */
 void kern__quantize_q8_0_avx512(const float *x, void *out, int k);

@@ -535,6 +535,98 @@ TEST(packed_every_batch_size)
     kern_set_isa(kern_isa_max());
 }
 
+/* Bytes of a block that hold its f16 / f32 scales (kept as quantized, so
+ * no infinity or NaN), the rest free for any bit pattern. */
+static void scale_bytes(enum dtype t, size_t *off, size_t *len)
+{
+    *off = 0;
+    *len = t == DTYPE_Q4_K || t == DTYPE_Q8_K ? 4 : 2;
+    if (t == DTYPE_Q6_K) *off = offsetof(struct block_q6_K, d);
+}
+
+/* Overwrites every block of row (k elements of type t) but its scales with
+ * random bytes; q8_K's bsums are then recomputed from its quants. Activation
+ * rows (q8_0, q8_K) keep their quants in [-127, 127], the range the
+ * activation quantizers produce and the contract the avx2 level's vpsignb
+ * sequence relies on (kernels_avx2.c). */
+static void scramble_row(struct rng *r, enum dtype t, uint8_t *row, int k, bool act)
+{
+    const size_t bs = dtype_row_size(t, blck_of(t));
+    size_t off, len;
+    scale_bytes(t, &off, &len);
+    for (int b = 0; b < k / blck_of(t); b++) {
+        uint8_t *blk = row + (size_t)b * bs;
+        for (size_t i = 0; i < bs; i++)
+            if (i < off || i >= off + len) {
+                blk[i] = (uint8_t)rng_next(r);
+                if (act && blk[i] == 0x80) blk[i] = 0x81;
+            }
+        if (t == DTYPE_Q8_K) {
+            struct block_q8_K *x = (struct block_q8_K *)blk;
+            for (int j = 0; j < QK_K / 16; j++) {
+                int sum = 0;
+                for (int i = 0; i < 16; i++)
+                    sum += x->qs[16 * j + i];
+                x->bsums[j] = (int16_t)sum;
+            }
+        }
+    }
+}
+
+/* Token groups past one pass (18..40 tokens: two or three groups per panel
+ * pair) and the extremes of every field: half the weight rows and half the
+ * tokens carry random bytes in place of their quants and sub-block scales
+ * (q6_K scales of -128, q4_K six-bit scales and mins of 63, activations of
+ * -127 and weights of -128), which no quantizer writes. Each n-token call over the last n
+ * tokens equals kern_matmul's reference bitwise, at every level. */
+TEST(packed_token_groups_and_extremes)
+{
+    struct rng r = {9090};
+    static const int shapes[][2] = {/* rows, k */ {53, 512}, {32, 224}};
+    const int N = 40;
+    for (int ti = 0; ti < N_PACKED; ti++)
+        for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+            const enum dtype wt = packed_types[ti];
+            int k = shapes[si][1];
+            if (blck_of(wt) == QK_K) k = (k + QK_K - 1) / QK_K * QK_K;
+            kern_set_isa(kern_isa_max());
+            struct prob p;
+            prob_init(&p, &r, wt, shapes[si][0], k, N);
+            const int rows = p.rows;
+            for (int i = 0; i < rows; i += 2)
+                scramble_row(&r, wt, p.W + (size_t)i * p.wrb, k, false);
+            for (int t = 1; t < N; t += 2)
+                scramble_row(&r, kern_act_type(wt), p.X + (size_t)t * p.xrb, k, true);
+            void *P = pack_prob(&p);
+            size_t xsb;
+            uint8_t *XS = side_prob(&p, &xsb);
+            float *ref = malloc(sizeof(float) * rows * N), *y = malloc(sizeof(float) * rows * N);
+            kern_set_isa(KERN_ISA_SCALAR);
+            run(&p, 0, rows, 0, N, ref, rows);
+            for (int isa = 0; isa <= (int)kern_isa_max(); isa++) {
+                kern_set_isa((enum kern_isa)isa);
+                int bad = 0;
+                for (int n = 1; n <= N; n++) {
+                    const int t0 = N - n, before = bad;
+                    kern_matmul_packed(wt, P, rows, p.k, 0, rows, p.X + (size_t)t0 * p.xrb, p.xrb,
+                                       XS + (size_t)t0 * xsb, xsb, n, y, rows);
+                    bad += !same_bits(ref + (size_t)t0 * rows, y, rows * n);
+                    if (bad > before)
+                        fprintf(stderr, "  %s packed %s rows=%d k=%d n_tok=%d: differs\n",
+                                kern_isa_name((enum kern_isa)isa), dtype_info(wt)->name, rows, p.k,
+                                n);
+                }
+                EXPECT_EQ_INT(bad, 0);
+            }
+            free(P);
+            free(XS);
+            free(ref);
+            free(y);
+            prob_free(&p);
+        }
+    kern_set_isa(kern_isa_max());
+}
+
 static const enum dtype kv_types[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
 
 /* x rounded to bf16 as the kernels round queries and weights over a bf16
