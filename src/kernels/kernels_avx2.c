@@ -17,8 +17,8 @@
  * transposing vphaddd tree into 8 exact integers (one lane each), and runs
  * the 8 canonical float chains side by side in one ymm. Float weights use
  * the canonical 16 lanes as two ymm (lanes 0..7 and 8..15) per element, in
- * 4-row x 1-token or 2-row x 2-token tiles; ragged tails go through
- * zero-padded stack copies, which is exactly the reference's zero padding.
+ * streaming register tiles (see the float section); ragged tails go through
+ * zero-padded copies, which is exactly the reference's zero padding.
  * Scalar f16 scales convert with F16C (the same bits as kern__f16_to_f32).
  *
  * Thread safety: pure; per-thread scratch from kern__scratch.
@@ -96,105 +96,265 @@ static void tail16(int t, const char *row, int e, int n, float out[16])
     }
 }
 
-/* ================= float weights ================= */
+/* ================= float weights =================
+ *
+ * The canonical 16 lanes of one output element (kernels_impl.h) are two ymm:
+ * lanes 0..7 and 8..15. Activations are read as f32 rows whose length is a
+ * multiple of 16, zero-padded (f32 activations in place when k is such a
+ * multiple; bf16 activations, or a ragged k, converted once per call into
+ * the PREP slot), so every product the reference pads with zeros is
+ * fma(+0, +0, lane) here too and only weight rows end raggedly.
+ *
+ * One kernel for every token count: the weights stream through registers,
+ * converted there (vcvtph2ps for f16, a 16-bit shift for bf16), in tiles of
+ * R rows x T tokens sized to the 16 ymm: 4 x 1 for one token (8
+ * accumulators), 3 x 2 for two and four, 2 x 3 otherwise (12 accumulators,
+ * two weight vectors and one activation vector: 15). FMA latency times FMA
+ * ports is 8 on Zen 4, so a tile needs at least 8 independent accumulators
+ * to reach the FMA peak. Whichever operand is fewer stays in registers, and
+ * no loaded vector is folded into several FMAs as a memory operand (in_reg):
+ * a 2 x 3 step reads 10 vectors for 12 FMAs, so the loads are the limit.
+ * More tokens run groups of at most 3 on the same 2 rows, which the first
+ * group left in L1, token block after token block whose activations stay in
+ * L2 (L2_FX bytes):
+ *
+ *   for token block (L2_FX bytes of activations)
+ *     for 2 rows (the first group prefetches the next 2)
+ *       for up to 3 tokens: tile over the whole row
+ *
+ * Each tile's first group prefetches the next tile's rows (one contiguous
+ * range, spread evenly over its steps, into L2): short rows end before the
+ * hardware prefetchers ramp up, and interleaved row streams confuse them.
+ * Converting a panel of weights to f32 once into an L1 buffer and reusing it
+ * across the token tiles (k-chunked, the 16-lane sums carried between
+ * chunks) measured slower at every batch size on Zen 4: the conversion is a
+ * phase that waits on memory, where the streaming tiles overlap it, and the
+ * chunked tiles' extra loads and stores cost more than vcvtph2ps
+ * (docs/benchmarks.md).
+ */
+
+#define L2_FX (384 << 10) /* activation bytes a token block keeps in L2 */
+#ifndef FC_KC
+#define FC_KC 1024 /* columns of a row range that several token groups share */
+#endif
 
 struct mmf {
-    const char *W; /* weight rows */
-    size_t wrb;    /* bytes per weight row */
-    int k;         /* elements per row */
-    int r1;        /* one past the last valid row */
-    int xt;        /* activation element type: f32, or bf16 for bf16 weights */
-    const char *X; /* activation rows */
-    size_t xrb;    /* bytes per activation row */
-    float *y;      /* output, y[t * ldy + r] */
-    int ldy;       /* floats per output token row */
+    const char *W;  /* weight rows */
+    size_t wrb;     /* bytes per weight row */
+    int k;          /* elements per row */
+    int r1;         /* one past the last valid row (rows beyond are clamped) */
+    const float *X; /* activation rows as f32, a multiple of 16 long, zero-padded */
+    size_t xs;      /* floats per activation row */
+    float *y;       /* output, y[t * ldy + r] */
+    int ldy;        /* floats per output token row */
 };
 
-/* R rows x T tokens (R * T <= 4), canonical 16 lanes as two ymm each.
- * Rows or tokens past the end are clamped and not stored. */
-AI void mmf_tile(const struct mmf *a, int r, int t, int n_tok, const int wt, const int R,
-                 const int T)
+/* v, pinned to a register: a loaded vector that feeds several FMAs must
+ * not be folded into each of them as a memory operand (the loads, not the
+ * FMAs, would then bound the tile). */
+AI __m256 in_reg(__m256 v)
 {
-    const char *w[4], *x[4];
-    for (int i = 0; i < R; i++) {
-        int rr = r + i < a->r1 ? r + i : a->r1 - 1;
-        w[i] = a->W + (size_t)rr * a->wrb;
-    }
-    for (int j = 0; j < T; j++) {
-        int tt = t + j < n_tok ? t + j : n_tok - 1;
-        x[j] = a->X + (size_t)tt * a->xrb;
-    }
-    __m256 lo[4][2], hi[4][2];
-    for (int i = 0; i < R; i++)
-        for (int j = 0; j < T; j++)
-            lo[i][j] = hi[i][j] = _mm256_setzero_ps();
-    const size_t ws = elem_size(wt), xs = elem_size(a->xt);
-    const int k = a->k;
-    int e = 0;
-    for (; e + 16 <= k; e += 16) {
-        __m256 wl[4], wh[4];
-        for (int i = 0; i < R; i++) {
-            wl[i] = ld8(wt, w[i] + ws * e);
-            wh[i] = ld8(wt, w[i] + ws * (e + 8));
-        }
-        for (int j = 0; j < T; j++) {
-            __m256 xl = ld8(a->xt, x[j] + xs * e), xh = ld8(a->xt, x[j] + xs * (e + 8));
-            for (int i = 0; i < R; i++) {
-                lo[i][j] = _mm256_fmadd_ps(wl[i], xl, lo[i][j]);
-                hi[i][j] = _mm256_fmadd_ps(wh[i], xh, hi[i][j]);
-            }
-        }
-    }
-    if (e < k) {
-        float wt16[4][16], xt16[4][16];
-        for (int i = 0; i < R; i++)
-            tail16(wt, w[i], e, k - e, wt16[i]);
-        for (int j = 0; j < T; j++)
-            tail16(a->xt, x[j], e, k - e, xt16[j]);
-        for (int i = 0; i < R; i++)
-            for (int j = 0; j < T; j++) {
-                lo[i][j] =
-                    _mm256_fmadd_ps(_mm256_loadu_ps(wt16[i]), _mm256_loadu_ps(xt16[j]), lo[i][j]);
-                hi[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(wt16[i] + 8),
-                                           _mm256_loadu_ps(xt16[j] + 8), hi[i][j]);
-            }
-    }
-    for (int i = 0; i < R && r + i < a->r1; i++)
-        for (int j = 0; j < T && t + j < n_tok; j++)
-            a->y[(size_t)(t + j) * a->ldy + r + i] = hsum16(lo[i][j], hi[i][j]);
+    __asm__("" : "+x"(v));
+    return v;
 }
 
-typedef void (*mmf_fn)(const struct mmf *a, int r, int t, int n);
+/* acc[i][j][h] += w_i x_j over lanes 8h .. 8h + 7 of the 16 at element e,
+ * R rows x T tokens. Whichever operand is fewer stays in registers while
+ * the other streams through one: 2 R T + min(R, T) + 1 ymm. */
+AI void mmf_step(__m256 acc[4][3][2], const int wt, const char *const *w, const float *const *x,
+                 int e, const int R, const int T)
+{
+    const size_t es = elem_size(wt);
+    for (int h = 0; h < 2; h++) {
+        const int eh = e + 8 * h;
+        if (R <= T) {
+            __m256 wv[4];
+            for (int i = 0; i < R; i++)
+                wv[i] = in_reg(ld8(wt, w[i] + es * (size_t)eh));
+            for (int j = 0; j < T; j++) {
+                const __m256 xv = in_reg(_mm256_loadu_ps(x[j] + eh));
+                for (int i = 0; i < R; i++)
+                    acc[i][j][h] = _mm256_fmadd_ps(wv[i], xv, acc[i][j][h]);
+            }
+        } else {
+            __m256 xv[3];
+            for (int j = 0; j < T; j++)
+                xv[j] = in_reg(_mm256_loadu_ps(x[j] + eh));
+            for (int i = 0; i < R; i++) {
+                const __m256 wv = in_reg(ld8(wt, w[i] + es * (size_t)eh));
+                for (int j = 0; j < T; j++)
+                    acc[i][j][h] = _mm256_fmadd_ps(wv, xv[j], acc[i][j][h]);
+            }
+        }
+    }
+}
+
+/* The columns one streaming tile covers: [c0, c1) of every row, c0 a
+ * multiple of 16 (c1 too unless it is k). A row cut in several ranges keeps
+ * the 16-lane sums of each (row, token) in mem between them. */
+struct mmf_cols {
+    int c0, c1; /* the range */
+    int first;  /* c0 == 0: the sums start at +0 */
+    int last;   /* c1 == k: the sums go to y */
+    float *mem; /* (tokens from tm0, 4 rows, 16) sums between ranges */
+    int tm0;    /* the token at mem's start */
+};
+
+/* Streaming tile: rows r .. r + R - 1 (past r1: clamped, not stored) x
+ * tokens t0 .. t0 + T - 1 over the columns of c; pf: prefetch the next
+ * tile's rows. */
+AI void mmf_stream(const struct mmf *a, int r, int t0, const int wt, const int R, const int T,
+                   int pf, const struct mmf_cols *c)
+{
+    const size_t es = elem_size(wt);
+    const char *w[4];
+    const float *x[3];
+    for (int i = 0; i < R; i++)
+        w[i] = a->W + (size_t)(r + i < a->r1 ? r + i : a->r1 - 1) * a->wrb;
+    for (int j = 0; j < T; j++)
+        x[j] = a->X + (size_t)(t0 + j) * a->xs;
+    __m256 acc[4][3][2];
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < T; j++)
+            for (int h = 0; h < 2; h++)
+                acc[i][j][h] =
+                    c->first
+                        ? _mm256_setzero_ps()
+                        : _mm256_load_ps(c->mem + ((size_t)(t0 + j - c->tm0) * 4 + (size_t)i) * 16 +
+                                         8 * h);
+    /* the next tile's R rows are one range as long as this tile's: R * 16
+     * * es bytes of it per step, one sequential stream of prefetches into
+     * L2 (into L1, long rows' lines would be evicted before their turn) */
+    const char *next = a->W + (size_t)(r + R) * a->wrb;
+    const int k = a->k, e1 = c->c1 < k ? c->c1 : k & ~15;
+    for (int e = c->c0; e < e1; e += 16) {
+        if (pf)
+            for (int o = 0; o < R * 16 * (int)es; o += 64)
+                _mm_prefetch(next + (size_t)R * es * (size_t)e + (size_t)o, _MM_HINT_T1);
+        mmf_step(acc, wt, w, x, e, R, T);
+    }
+    if (c->last && e1 < k) { /* the row's last elements, zero-padded to 16 */
+        float wpad[4][16];
+        const char *wp[4];
+        const float *xp[3];
+        for (int i = 0; i < R; i++) {
+            tail16(wt, w[i], e1, k - e1, wpad[i]);
+            wp[i] = (const char *)wpad[i];
+        }
+        for (int j = 0; j < T; j++)
+            xp[j] = x[j] + e1;
+        mmf_step(acc, DTYPE_F32, wp, xp, 0, R, T);
+    }
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < T; j++) {
+            if (!c->last) {
+                float *m = c->mem + ((size_t)(t0 + j - c->tm0) * 4 + (size_t)i) * 16;
+                _mm256_store_ps(m, acc[i][j][0]);
+                _mm256_store_ps(m + 8, acc[i][j][1]);
+            } else if (r + i < a->r1) {
+                a->y[(size_t)(t0 + j) * a->ldy + r + i] = hsum16(acc[i][j][0], acc[i][j][1]);
+            }
+        }
+}
+
+typedef void (*mmf_fn)(const struct mmf *a, int r, int t0, int pf, const struct mmf_cols *c);
 
 #define DEF_MMF(name, wt, R, T)                                                                    \
-    static __attribute__((noinline)) void name(const struct mmf *a, int r, int t, int n)           \
+    static __attribute__((noinline)) void name(const struct mmf *a, int r, int t0, int pf,         \
+                                               const struct mmf_cols *c)                           \
     {                                                                                              \
-        mmf_tile(a, r, t, n, wt, R, T);                                                            \
+        mmf_stream(a, r, t0, wt, R, T, pf, c);                                                     \
     }
-DEF_MMF(mmf_f32_41, DTYPE_F32, 4, 1)
-DEF_MMF(mmf_f32_22, DTYPE_F32, 2, 2)
-DEF_MMF(mmf_f16_41, DTYPE_F16, 4, 1)
-DEF_MMF(mmf_f16_22, DTYPE_F16, 2, 2)
-DEF_MMF(mmf_bf16_41, DTYPE_BF16, 4, 1)
-DEF_MMF(mmf_bf16_22, DTYPE_BF16, 2, 2)
+#define DEF_MMF_ALL(pfx, wt)                                                                       \
+    DEF_MMF(pfx##41, wt, 4, 1)                                                                     \
+    DEF_MMF(pfx##32, wt, 3, 2)                                                                     \
+    DEF_MMF(pfx##21, wt, 2, 1)                                                                     \
+    DEF_MMF(pfx##22, wt, 2, 2)                                                                     \
+    DEF_MMF(pfx##23, wt, 2, 3)                                                                     \
+    static const mmf_fn pfx##fns[5] = {pfx##41, pfx##32, pfx##21, pfx##22, pfx##23};
+DEF_MMF_ALL(mmf_f32_, DTYPE_F32)
+DEF_MMF_ALL(mmf_f16_, DTYPE_F16)
+DEF_MMF_ALL(mmf_bf16_, DTYPE_BF16)
+
+/* One pass over rows [r0, r1) for tokens [t0, t0 + n_tok); mem: room for
+ * the sums of n_tok tokens (struct mmf_cols). */
+static void mmf_pass(const struct mmf *a, const mmf_fn *fns, int r0, int t0, int n_tok, float *mem)
+{
+    const int k = a->k;
+    const struct mmf_cols whole = {0, k, 1, 1, mem, t0};
+    if (n_tok <= 2) {
+        const int R = n_tok == 1 ? 4 : 3;
+        const mmf_fn fn = fns[n_tok - 1];
+        for (int r = r0; r < a->r1; r += R)
+            fn(a, r, t0, 1, &whole);
+        return;
+    }
+    /* Several groups read the same rows: in ranges of about FC_KC columns,
+     * so that a range of the rows stays in L1 while the groups go by. n_tok
+     * == 4: two groups of 2 on 3 rows (12 accumulators, not 8); else groups
+     * of near-equal size, at most 3 tokens each, on 2 rows. */
+    const int R = n_tok == 4 ? 3 : 2, n_groups = n_tok == 4 ? 2 : (n_tok + 2) / 3;
+    const int n_cols = (k + FC_KC - 1) / FC_KC;
+    for (int r = r0; r < a->r1; r += R)
+        for (int ci = 0; ci < n_cols; ci++) {
+            const int c0 = (int)((int64_t)ci * k / n_cols) & ~15;
+            const int c1 = ci + 1 == n_cols ? k : (int)((int64_t)(ci + 1) * k / n_cols) & ~15;
+            const struct mmf_cols cols = {c0, c1, ci == 0, ci + 1 == n_cols, mem, t0};
+            for (int g = 0; g < n_groups; g++) {
+                const int g0 = g * n_tok / n_groups, T = (g + 1) * n_tok / n_groups - g0;
+                fns[R == 3 ? 1 : 1 + T](a, r, t0 + g0, g == 0, &cols);
+            }
+        }
+}
+
+/* Passes over token blocks whose activations stay in L2. */
+static void mmf_stream_blocks(const struct mmf *a, const mmf_fn *fns, int r0, int n_tok)
+{
+    size_t tb = L2_FX / (sizeof(float) * a->xs);
+    tb = tb < 3 ? 3 : tb - tb % 3;
+    const int TB = tb < (size_t)n_tok ? (int)tb : n_tok;
+    float *mem = kern__scratch(KERN__SLOT_ACC, sizeof(float) * 4 * 16 * (size_t)TB);
+    for (int t0 = 0; t0 < n_tok; t0 += TB)
+        mmf_pass(a, fns, r0, t0, n_tok - t0 < TB ? n_tok - t0 : TB, mem);
+}
+
+/* The activations as f32 rows of a multiple of 16, zero-padded: in place
+ * where they already are (*xs: floats per row). */
+static const float *act_f32(int xt, const void *xq, size_t xrb, int k, int n_tok, size_t *xs)
+{
+    if (xt == DTYPE_F32 && k % 16 == 0 && xrb % sizeof(float) == 0 &&
+        (uintptr_t)xq % sizeof(float) == 0) {
+        *xs = xrb / sizeof(float);
+        return xq;
+    }
+    const int k16 = (k + 15) & ~15;
+    const size_t es = elem_size(xt);
+    float *X = kern__scratch(KERN__SLOT_PREP, sizeof(float) * (size_t)k16 * (size_t)n_tok);
+    for (int t = 0; t < n_tok; t++) {
+        const char *row = (const char *)xq + (size_t)t * xrb;
+        float *out = X + (size_t)t * k16;
+        int e = 0;
+        for (; e + 16 <= k; e += 16) {
+            _mm256_store_ps(out + e, ld8(xt, row + es * (size_t)e));
+            _mm256_store_ps(out + e + 8, ld8(xt, row + es * (size_t)(e + 8)));
+        }
+        if (e < k) tail16(xt, row, e, k - e, out + e);
+    }
+    *xs = (size_t)k16;
+    return X;
+}
 
 static void matmul_float(enum dtype wt, const void *W, size_t wrb, int k, int r0, int r1,
                          const void *xq, size_t xrb, int n_tok, float *y, int ldy)
 {
-    struct mmf a = {W, wrb, k, r1, wt == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32, xq, xrb, y, ldy};
-    /* one token: 4 rows a tile; more: 2 rows x 2 tokens */
-    const int one = n_tok == 1;
-    const mmf_fn fn = wt == DTYPE_F32   ? (one ? mmf_f32_41 : mmf_f32_22)
-                      : wt == DTYPE_F16 ? (one ? mmf_f16_41 : mmf_f16_22)
-                                        : (one ? mmf_bf16_41 : mmf_bf16_22);
-    const int R = one ? 4 : 2, T = one ? 1 : 2;
-    /* token blocks of 32 keep the activations of a block in L2 */
-    for (int tb = 0; tb < n_tok; tb += 32) {
-        int n = tb + 32 < n_tok ? tb + 32 : n_tok;
-        for (int r = r0; r < r1; r += R)
-            for (int t = tb; t < n; t += T)
-                fn(&a, r, t, n);
-    }
+    size_t xs;
+    const float *X = act_f32(wt == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32, xq, xrb, k, n_tok, &xs);
+    const struct mmf a = {W, wrb, k, r1, X, xs, y, ldy};
+    mmf_stream_blocks(&a,
+                      wt == DTYPE_F32   ? mmf_f32_fns
+                      : wt == DTYPE_F16 ? mmf_f16_fns
+                                        : mmf_bf16_fns,
+                      r0, n_tok);
 }
 
 /* ================= quantized weights ================= */

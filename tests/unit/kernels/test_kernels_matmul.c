@@ -269,6 +269,61 @@ TEST(invariance_batch_split_order)
     kern_set_isa(kern_isa_max());
 }
 
+/* Float weights at every level, every batch size the kernels tile
+ * differently: 1..25 tokens (one-token, two-token and grouped tiles, the
+ * 4-token case, token blocks split at k = 4099), k with and without a
+ * 16-lane tail and past one column range (1031, 2055, 4099), row counts off
+ * every tile height and row ranges that start off the tile grid; bitwise
+ * against the scalar reference (bf16 at AVX-512 excepted, see
+ * simd_matches_reference), nothing written outside the range. */
+TEST(float_every_batch_size)
+{
+    struct rng r = {5150};
+    static const enum dtype types[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+    static const int ks[] = {1, 15, 16, 17, 100, 1000, 1031, 2055, 4099};
+    static const int rows_[] = {1, 3, 5, 13};
+    int cases = 0;
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
+        for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++)
+            for (size_t ri = 0; ri < sizeof(rows_) / sizeof(rows_[0]); ri++) {
+                const enum dtype wt = types[ti];
+                const int rows = rows_[ri], N = 25;
+                struct prob p;
+                prob_init(&p, &r, wt, rows, ks[ki], N);
+                const int ldy = rows + 2;
+                float *y0 = malloc(sizeof(float) * (size_t)N * ldy);
+                float *y1 = malloc(sizeof(float) * (size_t)N * ldy);
+                int bad = 0;
+                for (int n = 1; n <= N; n++) {
+                    const int r0 = rows > 1 ? n % 2 : 0; /* odd starts too */
+                    for (int i = 0; i < N * ldy; i++)
+                        y0[i] = y1[i] = sentinel();
+                    kern_set_isa(KERN_ISA_SCALAR);
+                    run(&p, r0, rows, 0, n, y0, ldy);
+                    for (int isa = KERN_ISA_AVX2; isa <= (int)kern_isa_max(); isa++) {
+                        if (isa == KERN_ISA_AVX512 && wt == DTYPE_BF16) continue;
+                        kern_set_isa((enum kern_isa)isa);
+                        for (int i = 0; i < N * ldy; i++)
+                            y1[i] = sentinel();
+                        run(&p, r0, rows, 0, n, y1, ldy);
+                        if (!same_bits(y0, y1, N * ldy)) {
+                            fprintf(stderr, "  %s %s k=%d rows [%d,%d) n_tok=%d differ\n",
+                                    kern_isa_name((enum kern_isa)isa), dtype_info(wt)->name, p.k,
+                                    r0, rows, n);
+                            bad++;
+                        }
+                        cases++;
+                    }
+                }
+                EXPECT_EQ_INT(bad, 0);
+                free(y0);
+                free(y1);
+                prob_free(&p);
+            }
+    kern_set_isa(kern_isa_max());
+    if (kern_isa_max() >= KERN_ISA_AVX2) EXPECT(cases > 0);
+}
+
 /* A prefill-sized batch goes through the token-blocked, chunked path. */
 TEST(invariance_large_batch)
 {
