@@ -15,7 +15,7 @@
  *
  *   packed  (q8_0 packed at load, 1 thread): time per call at 1..512 tokens
  *           and its ratio to 1 token (weights from memory up to 64 tokens).
- *   attention (f16 KV, 1 thread): one decode token's attention for a KV
+ *   attention (f16 and bf16 KV, 1 thread): one decode token's attention for a KV
  *           group of 7 query heads of width 64 (Qwen2.5-0.5B) over 1,536
  *           cached positions in 16-row blocks: one kv_dot / kv_accum call
  *           per head and block, the grouped per-block calls (kv_dot_heads /
@@ -353,27 +353,27 @@ static void bench_packed_batches(struct shape sh, int trials)
 /* Seconds of thread CPU time for one token's attention over n positions
  * (mean of ATT_REPS calls); mode 0: per head and block, 1: grouped per
  * block, 2: kern_attend_heads over the block table (ids). */
-static double attention_once(const uint16_t *K, const uint16_t *V, int n, const float *q, float *sc,
-                             float *out, int H, int d, int mode, const int32_t *ids)
+static double attention_once(enum dtype kv, const uint16_t *K, const uint16_t *V, int n,
+                             const float *q, float *sc, float *out, int H, int d, int mode,
+                             const int32_t *ids)
 {
     const size_t stride = (size_t)d * 2;
     double t0 = cpu_s();
     for (int rep = 0; rep < ATT_REPS; rep++) {
         if (mode == 2) {
             /* block i at K + ids[i] * 16 * d: the table is the identity */
-            kern_attend_heads(DTYPE_F16, K, V, 16 * stride, ids, 16, n, q, d, H, d, 1.0f / 8.0f, sc,
-                              n, out, d);
+            kern_attend_heads(kv, K, V, 16 * stride, ids, 16, n, q, d, H, d, 1.0f / 8.0f, sc, n,
+                              out, d);
             continue;
         }
         for (int p0 = 0; p0 < n; p0 += 16) {
             int rows = n - p0 < 16 ? n - p0 : 16;
             const char *kb = (const char *)K + (size_t)p0 * stride; /* a 16-position K panel */
             if (mode == 1)
-                kern_kv_dot_heads(DTYPE_F16, kb, 16, rows, q, d, H, d, sc + p0, n);
+                kern_kv_dot_heads(kv, kb, 16, rows, q, d, H, d, sc + p0, n);
             else
                 for (int h = 0; h < H; h++)
-                    kern_kv_dot(DTYPE_F16, kb, 16, rows, q + (size_t)h * d, d,
-                                sc + (size_t)h * n + p0);
+                    kern_kv_dot(kv, kb, 16, rows, q + (size_t)h * d, d, sc + (size_t)h * n + p0);
         }
         for (int h = 0; h < H; h++)
             for (int j = 0; j < n; j++)
@@ -383,17 +383,17 @@ static double attention_once(const uint16_t *K, const uint16_t *V, int n, const 
             int rows = n - p0 < 16 ? n - p0 : 16;
             const char *vb = (const char *)V + (size_t)p0 * stride;
             if (mode == 1)
-                kern_kv_accum_heads(DTYPE_F16, vb, stride, rows, sc + p0, n, H, d, out, d);
+                kern_kv_accum_heads(kv, vb, stride, rows, sc + p0, n, H, d, out, d);
             else
                 for (int h = 0; h < H; h++)
-                    kern_kv_accum(DTYPE_F16, vb, stride, rows, sc + (size_t)h * n + p0, d,
+                    kern_kv_accum(kv, vb, stride, rows, sc + (size_t)h * n + p0, d,
                                   out + (size_t)h * d);
         }
     }
     return (cpu_s() - t0) / ATT_REPS;
 }
 
-static void bench_attention(double p_fma, int trials)
+static void bench_attention_kv(enum dtype kv, double p_fma, int trials)
 {
     const int n = 1536, H = 7, d = 64;
     uint16_t *K = malloc(sizeof(uint16_t) * n * d), *V = malloc(sizeof(uint16_t) * n * d);
@@ -402,8 +402,8 @@ static void bench_attention(double p_fma, int trials)
     for (int j = 0; j < n; j++) {
         for (int e = 0; e < d; e++)
             row[e] = (float)((j * 31 + e * 7) % 97) / 97.0f - 0.5f;
-        kern_kv_store_col(DTYPE_F16, row, K + (size_t)(j / 16) * 16 * d, 16, j % 16, d);
-        kern_kv_store(DTYPE_F16, row, V + (size_t)j * d, d);
+        kern_kv_store_col(kv, row, K + (size_t)(j / 16) * 16 * d, 16, j % 16, d);
+        kern_kv_store(kv, row, V + (size_t)j * d, d);
     }
     for (int i = 0; i < H * d; i++)
         q[i] = (float)(i % 13) / 13.0f;
@@ -412,11 +412,12 @@ static void bench_attention(double p_fma, int trials)
         ids[i] = i;
     const double macs = 2.0 * n * H * d; /* q.K and w.V */
     static const char *const names[3] = {"per head", "grouped", "attend_heads"};
-    printf("attention f16 KV, %d positions, %d heads x %d, 1 thread:", n, H, d);
+    printf("attention %s KV, %d positions, %d heads x %d, 1 thread:", dtype_info(kv)->name, n, H,
+           d);
     for (int mode = 0; mode < 3; mode++) {
         double best = 1e30;
         for (int tr = 0; tr < trials * 4; tr++) {
-            double dt = attention_once(K, V, n, q, sc, out, H, d, mode, ids);
+            double dt = attention_once(kv, K, V, n, q, sc, out, H, d, mode, ids);
             best = dt < best ? dt : best;
         }
         printf(" | %s %.1f us %.1f GMAC/s %.0f%% of fma", names[mode], best * 1e6,
@@ -428,6 +429,12 @@ static void bench_attention(double p_fma, int trials)
     free(q);
     free(sc);
     free(out);
+}
+
+static void bench_attention(double p_fma, int trials)
+{
+    bench_attention_kv(DTYPE_F16, p_fma, trials);
+    bench_attention_kv(DTYPE_BF16, p_fma, trials);
 }
 
 /* Float weights only (f32, f16, bf16), 1 thread: decode at 1..8 tokens
@@ -474,7 +481,8 @@ int main(int argc, char **argv)
     const int attention_only = argc > 3 && strcmp(argv[3], "attention") == 0;
     const int float_only = argc > 3 && strcmp(argv[3], "float") == 0;
     if (attention_only) {
-        bench_attention(peak(0), trials);
+        /* the FMA at the level's width: ymm below AVX-512 */
+        bench_attention(kern_isa() < KERN_ISA_AVX512 ? peak(3) : peak(0), trials);
         return 0;
     }
     rd_buf = aligned_alloc(64, BIG);
