@@ -754,11 +754,12 @@ static const int32_t zero_id = 0;
 
 #define KV2_HEADS 3 /* heads of one q.K or V pass */
 
-/* n (1..8) 16-bit or f32 elements at p as 8 floats, zero past n; reads
- * nothing past element n - 1. */
+/* n (at most 8) 16-bit or f32 elements at p as 8 floats, zero past n;
+ * reads nothing past element n - 1 (nothing at all for n <= 0). */
 AI __m256 ld8_n(const int kv, const char *p, int n)
 {
     if (n == 8) return ld8(kv, p);
+    if (n <= 0) return _mm256_setzero_ps();
     static const int32_t idx[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     const __m256i lanes = _mm256_loadu_si256((const __m256i *)idx);
     if (kv == DTYPE_F32)
