@@ -17,7 +17,7 @@
  *           at 1..512 tokens and its ratio to 1 token (weights from memory up
  *           to 64 tokens); 1 token's bytes/s against the read loop, 512
  *           tokens' multiply-adds/s against the vpdpbusd peak.
- *   attention (f16 KV, 1 thread): one decode token's attention for a KV
+ *   attention (f16 and bf16 KV, 1 thread): one decode token's attention for a KV
  *           group of 7 query heads of width 64 (Qwen2.5-0.5B) over 1,536
  *           cached positions in 16-row blocks: one kv_dot / kv_accum call
  *           per head and block, the grouped per-block calls (kv_dot_heads /
@@ -32,8 +32,12 @@
  * does not count (bandwidth contention still does). Not a test: figures
  * depend on the machine and its load. Built as build/release/bench_kernels
  * (it needs an AVX-512 machine to run).
- * Usage: bench_kernels [isa [trials [packed|attention]]]   (isa: scalar | avx2 |
- *        avx512; "packed" / "attention": that part only)
+ *   float   (f32, f16, bf16 weights, 1 thread): decode at 1..8 tokens a call
+ *           (weights from memory) against the read loop, prefill at 16..512
+ *           tokens against the FMA peak.
+ *
+ * Usage: bench_kernels [isa [trials [packed|attention|float]]]   (isa: scalar |
+ *        avx2 | avxvnni | avx512; "packed" / "attention" / "float": that part only)
  */
 #include "kernels/kernels.h"
 
@@ -81,22 +85,36 @@ static double median(double *v, int n)
                                    "xmm8", "xmm9", "xmm10", "xmm11");                              \
     } while (0)
 
+/* which: 0 zmm FMA, 1 zmm vpdpbusd, 2 zmm vdpbf16ps, 3 ymm FMA */
 static double peak(int which)
 {
     const long n = 20000000;
-    __asm__ volatile("vpxord %%zmm30, %%zmm30, %%zmm30\n vpxord %%zmm31, %%zmm31, %%zmm31" ::
-                         : "xmm30", "xmm31");
+    __asm__ volatile("vpxord %%zmm30, %%zmm30, %%zmm30\n vpxord %%zmm31, %%zmm31, %%zmm31\n"
+                     "vpxor %%ymm14, %%ymm14, %%ymm14\n vpxor %%ymm15, %%ymm15, %%ymm15" ::
+                         : "xmm14", "xmm15", "xmm30", "xmm31");
     double best = 0;
     for (int rep = 0; rep < 3; rep++) {
         double t0 = cpu_s();
-        if (which == 0)
+        if (which == 3)
+            for (long i = 0; i < n; i++)
+                __asm__ volatile(
+                    "vfmadd231ps %%ymm14, %%ymm15, %%ymm0\n vfmadd231ps %%ymm14, %%ymm15, %%ymm1\n"
+                    "vfmadd231ps %%ymm14, %%ymm15, %%ymm2\n vfmadd231ps %%ymm14, %%ymm15, %%ymm3\n"
+                    "vfmadd231ps %%ymm14, %%ymm15, %%ymm4\n vfmadd231ps %%ymm14, %%ymm15, %%ymm5\n"
+                    "vfmadd231ps %%ymm14, %%ymm15, %%ymm6\n vfmadd231ps %%ymm14, %%ymm15, %%ymm7\n"
+                    "vfmadd231ps %%ymm14, %%ymm15, %%ymm8\n vfmadd231ps %%ymm14, %%ymm15, %%ymm9\n"
+                    "vfmadd231ps %%ymm14, %%ymm15, %%ymm10\n vfmadd231ps %%ymm14, %%ymm15, "
+                    "%%ymm11\n" ::
+                        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
+                          "xmm9", "xmm10", "xmm11");
+        else if (which == 0)
             PEAK_LOOP("vfmadd231ps");
         else if (which == 1)
             PEAK_LOOP("vpdpbusd");
         else
             PEAK_LOOP("vdpbf16ps");
         double instr = 12.0 * n / (cpu_s() - t0);
-        double macs = instr * (which == 0 ? 16 : which == 1 ? 64 : 32);
+        double macs = instr * (which == 0 ? 16 : which == 1 ? 64 : which == 3 ? 8 : 32);
         best = macs > best ? macs : best;
     }
     return best;
@@ -114,7 +132,8 @@ struct job {
     size_t wrb;      /* bytes per weight row */
     int k;           /* row length */
     int r0, r1;      /* this thread's rows [r0, r1) */
-    const void *x;   /* activations (one token) */
+    const void *x;   /* activations (n_tok rows) */
+    int n_tok;       /* tokens per call */
     size_t xrb;      /* activation row bytes */
     float *y;        /* output */
     double secs;     /* measured thread CPU time */
@@ -136,7 +155,8 @@ static void *job_run(void *p)
         (void)sink;
     } else {
         for (int c = 0; c < j->copies; c++)
-            kern_matmul(j->wt, j->w[c], j->wrb, j->k, j->r0, j->r1, j->x, j->xrb, 1, j->y, j->r1);
+            kern_matmul(j->wt, j->w[c], j->wrb, j->k, j->r0, j->r1, j->x, j->xrb, j->n_tok, j->y,
+                        j->r1);
     }
     j->secs = cpu_s() - t0;
     return NULL;
@@ -206,9 +226,10 @@ static void *make_acts(enum dtype wt, int n_tok, int k, size_t *rb)
     return x;
 }
 
-/* Median over trials of (kernel GB/s) / (read loop GB/s), nth threads;
- * *gbs gets the median kernel GB/s. */
-static double bench_decode(enum dtype wt, struct shape sh, int nth, int trials, double *gbs)
+/* Median over trials of (kernel GB/s) / (read loop GB/s), nth threads,
+ * n_tok tokens a call; *gbs gets the median kernel GB/s. */
+static double bench_decode_n(enum dtype wt, struct shape sh, int nth, int n_tok, int trials,
+                             double *gbs)
 {
     const size_t wrb = dtype_row_size(wt, sh.k), bytes = wrb * sh.rows;
     char *w0 = make_weights(wt, sh.rows, sh.k);
@@ -219,15 +240,15 @@ static double bench_decode(enum dtype wt, struct shape sh, int nth, int trials, 
         memcpy(w[i], w0, bytes);
     }
     size_t xrb;
-    void *x = make_acts(wt, 1, sh.k, &xrb);
-    float *y = malloc(sizeof(float) * sh.rows);
+    void *x = make_acts(wt, n_tok, sh.k, &xrb);
+    float *y = malloc(sizeof(float) * sh.rows * n_tok);
     double *ratio = malloc(sizeof(double) * trials), *g = malloc(sizeof(double) * trials);
     struct job jobs[2];
     for (int tr = 0; tr < trials; tr++) {
         double bw = read_gbs(nth);
         for (int i = 0; i < nth; i++) {
             memset(&jobs[i], 0, sizeof(jobs[i]));
-            jobs[i] = (struct job){1, NULL, 0, wt, w, copies, wrb, sh.k, 0, 0, x, xrb, y, 0};
+            jobs[i] = (struct job){1, NULL, 0, wt, w, copies, wrb, sh.k, 0, 0, x, n_tok, xrb, y, 0};
             /* split on 16-row boundaries like the engine */
             int half = (sh.rows / 2 + 15) / 16 * 16;
             jobs[i].r0 = nth == 1 ? 0 : i == 0 ? 0 : half;
@@ -247,6 +268,11 @@ static double bench_decode(enum dtype wt, struct shape sh, int nth, int trials, 
     free(ratio);
     free(g);
     return r;
+}
+
+static double bench_decode(enum dtype wt, struct shape sh, int nth, int trials, double *gbs)
+{
+    return bench_decode_n(wt, sh, nth, 1, trials, gbs);
 }
 
 /* Best prefill multiply-adds per second at n_tok tokens, one thread. */
@@ -335,27 +361,27 @@ static void bench_packed_batches(enum dtype wt, struct shape sh, int trials, dou
 /* Seconds of thread CPU time for one token's attention over n positions
  * (mean of ATT_REPS calls); mode 0: per head and block, 1: grouped per
  * block, 2: kern_attend_heads over the block table (ids). */
-static double attention_once(const uint16_t *K, const uint16_t *V, int n, const float *q, float *sc,
-                             float *out, int H, int d, int mode, const int32_t *ids)
+static double attention_once(enum dtype kv, const uint16_t *K, const uint16_t *V, int n,
+                             const float *q, float *sc, float *out, int H, int d, int mode,
+                             const int32_t *ids)
 {
     const size_t stride = (size_t)d * 2;
     double t0 = cpu_s();
     for (int rep = 0; rep < ATT_REPS; rep++) {
         if (mode == 2) {
             /* block i at K + ids[i] * 16 * d: the table is the identity */
-            kern_attend_heads(DTYPE_F16, K, V, 16 * stride, ids, 16, n, q, d, H, d, 1.0f / 8.0f, sc,
-                              n, out, d);
+            kern_attend_heads(kv, K, V, 16 * stride, ids, 16, n, q, d, H, d, 1.0f / 8.0f, sc, n,
+                              out, d);
             continue;
         }
         for (int p0 = 0; p0 < n; p0 += 16) {
             int rows = n - p0 < 16 ? n - p0 : 16;
             const char *kb = (const char *)K + (size_t)p0 * stride; /* a 16-position K panel */
             if (mode == 1)
-                kern_kv_dot_heads(DTYPE_F16, kb, 16, rows, q, d, H, d, sc + p0, n);
+                kern_kv_dot_heads(kv, kb, 16, rows, q, d, H, d, sc + p0, n);
             else
                 for (int h = 0; h < H; h++)
-                    kern_kv_dot(DTYPE_F16, kb, 16, rows, q + (size_t)h * d, d,
-                                sc + (size_t)h * n + p0);
+                    kern_kv_dot(kv, kb, 16, rows, q + (size_t)h * d, d, sc + (size_t)h * n + p0);
         }
         for (int h = 0; h < H; h++)
             for (int j = 0; j < n; j++)
@@ -365,17 +391,17 @@ static double attention_once(const uint16_t *K, const uint16_t *V, int n, const 
             int rows = n - p0 < 16 ? n - p0 : 16;
             const char *vb = (const char *)V + (size_t)p0 * stride;
             if (mode == 1)
-                kern_kv_accum_heads(DTYPE_F16, vb, stride, rows, sc + p0, n, H, d, out, d);
+                kern_kv_accum_heads(kv, vb, stride, rows, sc + p0, n, H, d, out, d);
             else
                 for (int h = 0; h < H; h++)
-                    kern_kv_accum(DTYPE_F16, vb, stride, rows, sc + (size_t)h * n + p0, d,
+                    kern_kv_accum(kv, vb, stride, rows, sc + (size_t)h * n + p0, d,
                                   out + (size_t)h * d);
         }
     }
     return (cpu_s() - t0) / ATT_REPS;
 }
 
-static void bench_attention(double p_fma, int trials)
+static void bench_attention_kv(enum dtype kv, double p_fma, int trials)
 {
     const int n = 1536, H = 7, d = 64;
     uint16_t *K = malloc(sizeof(uint16_t) * n * d), *V = malloc(sizeof(uint16_t) * n * d);
@@ -384,8 +410,8 @@ static void bench_attention(double p_fma, int trials)
     for (int j = 0; j < n; j++) {
         for (int e = 0; e < d; e++)
             row[e] = (float)((j * 31 + e * 7) % 97) / 97.0f - 0.5f;
-        kern_kv_store_col(DTYPE_F16, row, K + (size_t)(j / 16) * 16 * d, 16, j % 16, d);
-        kern_kv_store(DTYPE_F16, row, V + (size_t)j * d, d);
+        kern_kv_store_col(kv, row, K + (size_t)(j / 16) * 16 * d, 16, j % 16, d);
+        kern_kv_store(kv, row, V + (size_t)j * d, d);
     }
     for (int i = 0; i < H * d; i++)
         q[i] = (float)(i % 13) / 13.0f;
@@ -394,11 +420,12 @@ static void bench_attention(double p_fma, int trials)
         ids[i] = i;
     const double macs = 2.0 * n * H * d; /* q.K and w.V */
     static const char *const names[3] = {"per head", "grouped", "attend_heads"};
-    printf("attention f16 KV, %d positions, %d heads x %d, 1 thread:", n, H, d);
+    printf("attention %s KV, %d positions, %d heads x %d, 1 thread:", dtype_info(kv)->name, n, H,
+           d);
     for (int mode = 0; mode < 3; mode++) {
         double best = 1e30;
         for (int tr = 0; tr < trials * 4; tr++) {
-            double dt = attention_once(K, V, n, q, sc, out, H, d, mode, ids);
+            double dt = attention_once(kv, K, V, n, q, sc, out, H, d, mode, ids);
             best = dt < best ? dt : best;
         }
         printf(" | %s %.1f us %.1f GMAC/s %.0f%% of fma", names[mode], best * 1e6,
@@ -412,6 +439,43 @@ static void bench_attention(double p_fma, int trials)
     free(out);
 }
 
+static void bench_attention(double p_fma, int trials)
+{
+    bench_attention_kv(DTYPE_F16, p_fma, trials);
+    bench_attention_kv(DTYPE_BF16, p_fma, trials);
+}
+
+/* Float weights only (f32, f16, bf16), 1 thread: decode at 1..8 tokens
+ * (GB/s of weights from memory, share of the read loop; 1 token also on 2
+ * threads) and prefill at 16..512 tokens (share of the FMA peak). */
+static void bench_float(double p_fma, int trials)
+{
+    static const enum dtype types[] = {DTYPE_F16, DTYPE_BF16, DTYPE_F32};
+    static const int dtoks[] = {1, 2, 3, 4, 6, 8};
+    static const int ptoks[] = {16, 64, 512};
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        const enum dtype wt = types[ti];
+        struct shape shapes[2] = {{4864, 896}, {896, 4864}};
+        for (int s = 0; s < 2; s++) {
+            printf("%-4s %4dx%-4d decode:", dtype_info(wt)->name, shapes[s].rows, shapes[s].k);
+            for (size_t i = 0; i < sizeof(dtoks) / sizeof(dtoks[0]); i++) {
+                double g, r = bench_decode_n(wt, shapes[s], 1, dtoks[i], trials, &g);
+                printf(" %d:%.1f GB/s %.0f%%", dtoks[i], g, 100 * r);
+                fflush(stdout);
+            }
+            double g2, r2 = bench_decode_n(wt, shapes[s], 2, 1, trials, &g2);
+            printf(" | 2 thr 1:%.1f GB/s %.0f%%\n", g2, 100 * r2);
+            printf("%-4s %4dx%-4d prefill:", dtype_info(wt)->name, shapes[s].rows, shapes[s].k);
+            for (size_t i = 0; i < sizeof(ptoks) / sizeof(ptoks[0]); i++) {
+                double p = bench_prefill(wt, shapes[s], ptoks[i]);
+                printf(" %d:%.1f GMAC/s %.0f%%", ptoks[i], p / 1e9, 100 * p / p_fma);
+                fflush(stdout);
+            }
+            printf("\n");
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     kern_init();
@@ -423,8 +487,10 @@ int main(int argc, char **argv)
     const int trials = argc > 2 ? atoi(argv[2]) : 9;
     const int packed_only = argc > 3 && strcmp(argv[3], "packed") == 0;
     const int attention_only = argc > 3 && strcmp(argv[3], "attention") == 0;
+    const int float_only = argc > 3 && strcmp(argv[3], "float") == 0;
     if (attention_only) {
-        bench_attention(peak(0), trials);
+        /* the FMA at the level's width: ymm below AVX-512 */
+        bench_attention(kern_isa() < KERN_ISA_AVX512 ? peak(3) : peak(0), trials);
         return 0;
     }
     rd_buf = aligned_alloc(64, BIG);
@@ -436,6 +502,14 @@ int main(int argc, char **argv)
         bw2[i] = read_gbs(2);
     }
     double p_fma = peak(0), p_vnni = peak(1), p_bf16 = peak(2);
+    if (float_only) {
+        /* the FMA at the level's width: ymm below AVX-512 */
+        const double p_lvl = kern_isa() < KERN_ISA_AVX512 ? peak(3) : p_fma;
+        printf("read loop (median): %.1f GB/s 1 thread; fma peak (%s) %.1f G multiply-adds/s\n",
+               median(bw1, 9), kern_isa() < KERN_ISA_AVX512 ? "ymm" : "zmm", p_lvl / 1e9);
+        bench_float(p_lvl, trials);
+        return 0;
+    }
     printf("read loop (median): %.1f GB/s 1 thread, %.1f GB/s 2 threads\n", median(bw1, 9),
            median(bw2, 9));
     printf("peaks, G multiply-adds/s per core: fma %.1f (%.0f GFLOP/s), vpdpbusd %.1f, vdpbf16ps "

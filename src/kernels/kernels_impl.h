@@ -92,10 +92,10 @@ extern const struct kern__ops kern__ops_avxvnni_delta;
  * shrunk) on demand: after warm-up the hot path allocates nothing. Contents
  * are undefined on return. Freed when the thread exits. */
 enum kern__slot {
-    KERN__SLOT_PREP,  /* per-call activation side data (scales, sums) */
-    KERN__SLOT_PANEL, /* repacked weight panel */
-    KERN__SLOT_ACC,   /* float accumulators carried across panel chunks */
-    KERN__SLOT_KVQ,   /* bf16 KV: queries rounded to bf16 (dispatch.c) */
+    KERN__SLOT_PREP,  /* per-call activation side data (scales, sums; f32 copies) */
+    KERN__SLOT_PANEL, /* repacked weight panel; KV blocks as f32 (kernels_avx2.c) */
+    KERN__SLOT_ACC,   /* float accumulators carried across panel or column chunks */
+    KERN__SLOT_KVQ,   /* bf16 KV: queries rounded to bf16 (dispatch.c, attention ops) */
     KERN__SLOT_KVW,   /* bf16 KV: attention weights rounded to bf16 (dispatch.c) */
     KERN__SLOT_KVP,   /* bf16 KV: weights packed as bf16 pairs (kernels_avx512.c) */
     KERN__SLOT_COUNT,

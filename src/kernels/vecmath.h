@@ -8,9 +8,12 @@
  * clamped to 88.7.
  *
  * Every element is computed by the same instruction sequence whatever its
- * index (tails use masked vector code), and sums run in a fixed lane order,
- * so results depend only on the inputs and n. Levels differ slightly (FMA in
- * SIMD, separate mul/add in the scalar reference).
+ * index (tails use masked or padded vector code), and sums run in a fixed
+ * lane order: L interleaved partial sums, partial l adding the elements i
+ * with i % L == l in index order, then the partials in order (L = 16 at the
+ * scalar and AVX-512 levels, 8 at AVX2 and AVX-VNNI). So results depend only
+ * on the inputs and n. Levels differ slightly (FMA in SIMD, separate mul/add
+ * in the scalar reference); the AVX2 and AVX-512 elements agree.
  *
  * Thread safety: pure.
  */

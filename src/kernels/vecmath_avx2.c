@@ -1,7 +1,10 @@
 /*
  * vecmath_avx2.c - AVX2 bodies of vecmath.h. AVX2 has no lane masks for
  * arithmetic, so tails are copied into a padded 8-wide buffer and run
- * through the same vector code.
+ * through the same vector code. The loops take four vectors a step, so the
+ * long exp and division chains of one overlap the others' (the sums still
+ * add the vectors in order); the softmax max runs in four vector chains
+ * unless the row holds a NaN.
  */
 #include "kernels/vecmath.h"
 
@@ -40,6 +43,17 @@ static inline __m256 silu_mul8(__m256 x, __m256 y)
 void kern__silu_mul_avx2(float *g, const float *u, int n)
 {
     int i = 0;
+    /* four independent vectors a step: the divisions and exp chains of one
+     * overlap the others' */
+    for (; i + 32 <= n; i += 32) {
+        __m256 r[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            r[k] = silu_mul8(_mm256_loadu_ps(g + i + 8 * k), _mm256_loadu_ps(u + i + 8 * k));
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            _mm256_storeu_ps(g + i + 8 * k, r[k]);
+    }
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(g + i, silu_mul8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
     if (i < n) {
@@ -51,14 +65,64 @@ void kern__silu_mul_avx2(float *g, const float *u, int n)
     }
 }
 
+/* max_i x[i] as the loop `mx = x[i] > mx ? x[i] : mx` from -inf gives it
+ * (a NaN never taken): in four vector chains when no element is NaN (the
+ * value is then the same, a zero's sign aside, which changes no result:
+ * exp of either zero is 1), else that loop. */
+static float max_of(const float *x, int n)
+{
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+    __m256 ord = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        const __m256 c = _mm256_loadu_ps(x + i + 16), d = _mm256_loadu_ps(x + i + 24);
+        ord = _mm256_and_ps(
+            ord, _mm256_and_ps(_mm256_cmp_ps(a, b, _CMP_ORD_Q), _mm256_cmp_ps(c, d, _CMP_ORD_Q)));
+        m0 = _mm256_max_ps(m0, a);
+        m1 = _mm256_max_ps(m1, b);
+        m2 = _mm256_max_ps(m2, c);
+        m3 = _mm256_max_ps(m3, d);
+    }
+    for (; i + 8 <= n; i += 8) {
+        const __m256 a = _mm256_loadu_ps(x + i);
+        ord = _mm256_and_ps(ord, _mm256_cmp_ps(a, a, _CMP_ORD_Q));
+        m0 = _mm256_max_ps(m0, a);
+    }
+    float mx = -INFINITY;
+    if (_mm256_movemask_ps(ord) != 0xff) {
+        for (int j = 0; j < n; j++)
+            mx = x[j] > mx ? x[j] : mx;
+        return mx;
+    }
+    float part[8];
+    _mm256_storeu_ps(part, _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+    for (int l = 0; l < 8; l++)
+        mx = part[l] > mx ? part[l] : mx;
+    for (; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
 float kern__softmax_exp_avx2(float *x, int n, float scale)
 {
-    float mx = -INFINITY;
-    for (int i = 0; i < n; i++)
-        mx = x[i] > mx ? x[i] : mx;
+    const float mx = max_of(x, n);
     const __m256 vmax = _mm256_set1_ps(mx * scale), sc = _mm256_set1_ps(scale);
     __m256 sum = _mm256_setzero_ps();
     int i = 0;
+    /* four vectors a step, so their exp chains overlap; added to sum in
+     * order, as one at a time would */
+    for (; i + 32 <= n; i += 32) {
+        __m256 v[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            v[k] = exp8(_mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * k), sc), vmax));
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            _mm256_storeu_ps(x + i + 8 * k, v[k]);
+            sum = _mm256_add_ps(sum, v[k]);
+        }
+    }
     for (; i + 8 <= n; i += 8) {
         __m256 v = exp8(_mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), sc), vmax));
         _mm256_storeu_ps(x + i, v);

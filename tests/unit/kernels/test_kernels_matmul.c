@@ -308,6 +308,61 @@ TEST(quant_every_batch_size)
     kern_set_isa(kern_isa_max());
 }
 
+/* Float weights at every level, every batch size the kernels tile
+ * differently: 1..25 tokens (one-token, two-token and grouped tiles, the
+ * 4-token case, token blocks split at k = 4099), k with and without a
+ * 16-lane tail and past one column range (1031, 2055, 4099), row counts off
+ * every tile height and row ranges that start off the tile grid; bitwise
+ * against the scalar reference (bf16 at AVX-512 excepted, see
+ * simd_matches_reference), nothing written outside the range. */
+TEST(float_every_batch_size)
+{
+    struct rng r = {5150};
+    static const enum dtype types[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+    static const int ks[] = {1, 15, 16, 17, 100, 1000, 1031, 2055, 4099};
+    static const int rows_[] = {1, 3, 5, 13};
+    int cases = 0;
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
+        for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++)
+            for (size_t ri = 0; ri < sizeof(rows_) / sizeof(rows_[0]); ri++) {
+                const enum dtype wt = types[ti];
+                const int rows = rows_[ri], N = 25;
+                struct prob p;
+                prob_init(&p, &r, wt, rows, ks[ki], N);
+                const int ldy = rows + 2;
+                float *y0 = malloc(sizeof(float) * (size_t)N * ldy);
+                float *y1 = malloc(sizeof(float) * (size_t)N * ldy);
+                int bad = 0;
+                for (int n = 1; n <= N; n++) {
+                    const int r0 = rows > 1 ? n % 2 : 0; /* odd starts too */
+                    for (int i = 0; i < N * ldy; i++)
+                        y0[i] = y1[i] = sentinel();
+                    kern_set_isa(KERN_ISA_SCALAR);
+                    run(&p, r0, rows, 0, n, y0, ldy);
+                    for (int isa = KERN_ISA_AVX2; isa <= (int)kern_isa_max(); isa++) {
+                        if (isa == KERN_ISA_AVX512 && wt == DTYPE_BF16) continue;
+                        kern_set_isa((enum kern_isa)isa);
+                        for (int i = 0; i < N * ldy; i++)
+                            y1[i] = sentinel();
+                        run(&p, r0, rows, 0, n, y1, ldy);
+                        if (!same_bits(y0, y1, N * ldy)) {
+                            fprintf(stderr, "  %s %s k=%d rows [%d,%d) n_tok=%d differ\n",
+                                    kern_isa_name((enum kern_isa)isa), dtype_info(wt)->name, p.k,
+                                    r0, rows, n);
+                            bad++;
+                        }
+                        cases++;
+                    }
+                }
+                EXPECT_EQ_INT(bad, 0);
+                free(y0);
+                free(y1);
+                prob_free(&p);
+            }
+    kern_set_isa(kern_isa_max());
+    if (kern_isa_max() >= KERN_ISA_AVX2) EXPECT(cases > 0);
+}
+
 /* A prefill-sized batch goes through the token-blocked, chunked path. */
 TEST(invariance_large_batch)
 {
@@ -889,6 +944,53 @@ TEST(attend_heads_equals_per_block_calls)
                 free(a1);
             }
     }
+    kern_set_isa(kern_isa_max());
+}
+
+/* Over a bf16 cache kern_attend_heads rounds q as the composition does
+ * (kern_kv_dot's rounding in dispatch.c): subnormals to a zero of their
+ * sign, ties to even. Keys of 2^126 make what rounding does to subnormal q
+ * elements (2^-127: 0.5 in the score) visible in the softmax weights, hence
+ * in the output; keys of 1 do the same for ties. */
+TEST(attend_heads_rounds_q_over_bf16)
+{
+    enum { D = 16 };
+    static const uint32_t qbits[2][D] = {
+        {0x00400000u, 0x80200000u, 0x00200000u, 0x003fffffu, 0x80000000u, 0x00000000u, 0x00010000u,
+         0x80008000u, 0x00400000u, 0x00600000u, 0x00000001u, 0x80000001u, 0x00408000u, 0x00418000u,
+         0x007f8000u, 0x00000000u},
+        {0x3f808000u, 0x3f818000u, 0xbf818000u, 0x3e808000u, 0x3f828000u, 0x3f838000u, 0x3f848000u,
+         0x3f858000u, 0x3f808001u, 0x3f807fffu, 0x3f868000u, 0x3f878000u, 0x3f888000u, 0x3f898000u,
+         0x3f8a8000u, 0x3f8b8000u}};
+    static const float kval[2] = {0x1p126f, 1.0f};
+    const int32_t id = 0;
+    int bad = 0;
+    for (int c = 0; c < 2; c++) {
+        float q[D], kv0[D], zero[D] = {0}, ones[D];
+        memcpy(q, qbits[c], sizeof(q));
+        for (int e = 0; e < D; e++) {
+            kv0[e] = kval[c];
+            ones[e] = 1.0f;
+        }
+        uint16_t K[D * 2], V[2 * D];
+        kern_kv_store_col(DTYPE_BF16, kv0, K, 2, 0, D); /* position 0 against 1: zero keys */
+        kern_kv_store_col(DTYPE_BF16, zero, K, 2, 1, D);
+        kern_kv_store(DTYPE_BF16, ones, V, D);
+        kern_kv_store(DTYPE_BF16, zero, V + D, D);
+        for (int isa = 0; isa <= (int)kern_isa_max(); isa++) {
+            kern_set_isa((enum kern_isa)isa);
+            float s0[2], s1[2], a0[D], a1[D];
+            kern_kv_dot(DTYPE_BF16, K, 2, 2, q, D, s0);
+            const float total = kern_softmax_exp(s0, 2, 1.0f);
+            memset(a0, 0, sizeof(a0));
+            kern_kv_accum(DTYPE_BF16, V, D * 2, 2, s0, D, a0);
+            for (int i = 0; i < D; i++)
+                a0[i] *= 1.0f / total;
+            kern_attend_heads(DTYPE_BF16, K, V, 0, &id, 2, 2, q, D, 1, D, 1.0f, s1, 2, a1, D);
+            bad += !same_bits(a0, a1, D);
+        }
+    }
+    EXPECT_EQ_INT(bad, 0);
     kern_set_isa(kern_isa_max());
 }
 
