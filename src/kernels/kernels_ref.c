@@ -458,42 +458,29 @@ static float dot_q4_0(const struct block_q4_0 *w, const struct block_q8_0 *x, in
     return acc;
 }
 
-static float dot_q4_K(const struct block_q4_K *w, const struct block_q8_K *x, int nb)
+/* q4_K, or q5_K (q5): the two blocks share their head (d, dmin, scales),
+ * and the chain; only the quants differ. */
+static float dot_q45_K(const void *w, const struct block_q8_K *x, int nb, bool q5)
 {
+    const size_t bs = q5 ? sizeof(struct block_q5_K) : sizeof(struct block_q4_K);
     float acc = 0.0f;
     for (int b = 0; b < nb; b++) {
+        const void *wb = (const char *)w + (size_t)b * bs;
+        const struct block_q4_K *head = wb; /* d, dmin, scales: same offsets in q5_K */
         int32_t A = 0, B = 0;
         for (int j = 0; j < 8; j++) {
             int sc, m, isum = 0;
-            q4k_scale_min(w[b].scales, j, &sc, &m);
-            for (int i = 0; i < 32; i++)
-                isum += q4k_quant(&w[b], 32 * j + i) * x[b].qs[32 * j + i];
+            q4k_scale_min(head->scales, j, &sc, &m);
+            for (int i = 0; i < 32; i++) {
+                const int e = 32 * j + i;
+                isum += (q5 ? q5k_quant(wb, e) : q4k_quant(wb, e)) * x[b].qs[e];
+            }
             A += sc * isum;
             B += m * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
         }
         float dx = x[b].d;
-        acc = fmaf((float)A, kern__f16_to_f32(w[b].d) * dx, acc);
-        acc = fmaf((float)-B, kern__f16_to_f32(w[b].dmin) * dx, acc);
-    }
-    return acc;
-}
-
-static float dot_q5_K(const struct block_q5_K *w, const struct block_q8_K *x, int nb)
-{
-    float acc = 0.0f;
-    for (int b = 0; b < nb; b++) {
-        int32_t A = 0, B = 0;
-        for (int j = 0; j < 8; j++) {
-            int sc, m, isum = 0;
-            q4k_scale_min(w[b].scales, j, &sc, &m);
-            for (int i = 0; i < 32; i++)
-                isum += q5k_quant(&w[b], 32 * j + i) * x[b].qs[32 * j + i];
-            A += sc * isum;
-            B += m * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
-        }
-        float dx = x[b].d;
-        acc = fmaf((float)A, kern__f16_to_f32(w[b].d) * dx, acc);
-        acc = fmaf((float)-B, kern__f16_to_f32(w[b].dmin) * dx, acc);
+        acc = fmaf((float)A, kern__f16_to_f32(head->d) * dx, acc);
+        acc = fmaf((float)-B, kern__f16_to_f32(head->dmin) * dx, acc);
     }
     return acc;
 }
@@ -578,10 +565,10 @@ void kern__matmul_ref(enum dtype wt, const void *W, size_t w_row_bytes, int k, i
                 v = dot_q4_0(w, x, k / QK4_0);
                 break;
             case DTYPE_Q4_K:
-                v = dot_q4_K(w, x, k / QK_K);
+                v = dot_q45_K(w, x, k / QK_K, false);
                 break;
             case DTYPE_Q5_K:
-                v = dot_q5_K(w, x, k / QK_K);
+                v = dot_q45_K(w, x, k / QK_K, true);
                 break;
             case DTYPE_Q6_K:
                 v = dot_q6_K(w, x, k / QK_K);

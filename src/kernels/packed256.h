@@ -654,20 +654,11 @@ void PK_FN(kern__matmul_packed_)(enum dtype wt, const void *P, int rows, int k, 
         m.xblk = sizeof(struct block_q8_0);
         break;
     case DTYPE_Q4_K:
-        m.nb = k / QK_K;
-        m.sb = Q4KX16_SB;
-        m.dstep = 64;
-        m.xblk = sizeof(struct block_q8_K);
-        break;
     case DTYPE_Q5_K:
-        m.nb = k / QK_K;
-        m.sb = Q5KX16_SB;
-        m.dstep = 64;
-        m.xblk = sizeof(struct block_q8_K);
-        break;
     case DTYPE_Q6_K:
         m.nb = k / QK_K;
-        m.sb = Q6KX16_SB;
+        m.sb = wt == DTYPE_Q4_K ? Q4KX16_SB : wt == DTYPE_Q5_K ? Q5KX16_SB : Q6KX16_SB;
+        m.dstep = wt == DTYPE_Q6_K ? 32 : 64; /* d, or d and dmin */
         m.xblk = sizeof(struct block_q8_K);
         break;
     default: /* a layout this level has no kernel for */
