@@ -117,12 +117,14 @@ static void tail16(int t, const char *row, int e, int n, float out[16])
  * no loaded vector is folded into several FMAs as a memory operand (in_reg):
  * a 2 x 3 step reads 10 vectors for 12 FMAs, so the loads are the limit.
  * More tokens run groups of at most 3 on the same 2 rows, which the first
- * group left in L1, token block after token block whose activations stay in
- * L2 (L2_FX bytes):
+ * group left in L1 (rows longer than FC_KC in ranges of about FC_KC
+ * columns, the 16-lane sums waiting in the ACC slot between ranges), token
+ * block after token block whose activations stay in L2 (L2_FX bytes):
  *
  *   for token block (L2_FX bytes of activations)
- *     for 2 rows (the first group prefetches the next 2)
- *       for up to 3 tokens: tile over the whole row
+ *     for 2 rows: for range of columns
+ *       for up to 3 tokens: tile over the range (the first group
+ *                           prefetches the next 2 rows' share)
  *
  * Each tile's first group prefetches the next tile's rows (one contiguous
  * range, spread evenly over its steps, into L2): short rows end before the
@@ -136,9 +138,7 @@ static void tail16(int t, const char *row, int e, int n, float out[16])
  */
 
 #define L2_FX (384 << 10) /* activation bytes a token block keeps in L2 */
-#ifndef FC_KC
-#define FC_KC 1024 /* columns of a row range that several token groups share */
-#endif
+#define FC_KC 1024        /* columns of a row range that several token groups share */
 
 struct mmf {
     const char *W;  /* weight rows */
