@@ -310,31 +310,26 @@ void kern_dequantize_row(enum dtype t, const void *x, float *y, int64_t n)
         }
         return;
     case DTYPE_Q4_K:
+    case DTYPE_Q5_K: { /* same head (d, dmin, scales); only the quant read differs */
+        const bool q5 = t == DTYPE_Q5_K;
+        const size_t bs = q5 ? sizeof(struct block_q5_K) : sizeof(struct block_q4_K);
         for (int64_t b = 0; b < n / QK_K; b++) {
-            const struct block_q4_K *blk = (const struct block_q4_K *)x + b;
+            const void *wb = (const char *)x + (size_t)b * bs;
+            const struct block_q4_K *blk = wb;
             float d = kern__f16_to_f32(blk->d), dmin = kern__f16_to_f32(blk->dmin);
             for (int j = 0; j < 8; j++) {
                 int sc, m;
                 q4k_scale_min(blk->scales, j, &sc, &m);
                 float step = d * (float)sc, off = dmin * (float)m;
-                for (int i = 0; i < 32; i++)
-                    y[b * QK_K + 32 * j + i] = step * (float)q4k_quant(blk, 32 * j + i) - off;
+                for (int i = 0; i < 32; i++) {
+                    const int e = 32 * j + i;
+                    y[b * QK_K + e] =
+                        step * (float)(q5 ? q5k_quant(wb, e) : q4k_quant(wb, e)) - off;
+                }
             }
         }
         return;
-    case DTYPE_Q5_K:
-        for (int64_t b = 0; b < n / QK_K; b++) {
-            const struct block_q5_K *blk = (const struct block_q5_K *)x + b;
-            float d = kern__f16_to_f32(blk->d), dmin = kern__f16_to_f32(blk->dmin);
-            for (int j = 0; j < 8; j++) {
-                int sc, m;
-                q4k_scale_min(blk->scales, j, &sc, &m);
-                float step = d * (float)sc, off = dmin * (float)m;
-                for (int i = 0; i < 32; i++)
-                    y[b * QK_K + 32 * j + i] = step * (float)q5k_quant(blk, 32 * j + i) - off;
-            }
-        }
-        return;
+    }
     case DTYPE_Q6_K:
         for (int64_t b = 0; b < n / QK_K; b++) {
             const struct block_q6_K *blk = (const struct block_q6_K *)x + b;

@@ -342,16 +342,23 @@ AI __m256i subn(const struct pk_rec *R, const int8_t *xq, int e0, int h, const i
 #endif
 }
 
-/* q4_K or q5_K (q5): at avx2 a q5_K sub-block's 8 dwords go as two
- * int16 sums of 4 (pairs <= 2 * 31 * 127 = 7874, four 31496). */
-AI void tok_q45_K(const struct pk_rec *R, const struct block_q8_K *x, __m256 acc[2], const int q5)
+/* The q4_K / q5_K mins' activation terms: bsp[c] = (sum of sub-block 2c's
+ * x, of 2c + 1's) as int16 pairs, against the (m_2c, m_2c+1) min pairs. */
+AI void q4k_bsum_pairs(const struct block_q8_K *x, __m256i bsp[4])
 {
-    __m256i bsp[4]; /* (sum of sub-block 2c's x, of 2c + 1's) as int16 pairs */
     for (int c = 0; c < 4; c++) {
         const int16_t *b = x->bsums + 4 * c;
         int lo = b[0] + b[1], hi = b[2] + b[3];
         bsp[c] = _mm256_set1_epi32((int32_t)((uint32_t)(uint16_t)lo | (uint32_t)hi << 16));
     }
+}
+
+/* q4_K or q5_K (q5): at avx2 a q5_K sub-block's 8 dwords go as two
+ * int16 sums of 4 (pairs <= 2 * 31 * 127 = 7874, four 31496). */
+AI void tok_q45_K(const struct pk_rec *R, const struct block_q8_K *x, __m256 acc[2], const int q5)
+{
+    __m256i bsp[4];
+    q4k_bsum_pairs(x, bsp);
     for (int h = 0; h < 2; h++) {
         __m256i A = _mm256_setzero_si256(), B = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
@@ -502,11 +509,7 @@ AI void one_q45_K(struct pk_rec *R, const char *sb, const char *dsc, const struc
     rec_q4_K_scales(R, sb, q5 ? 2560 : 2048, dsc);
     const __m256i m4 = _mm256_set1_epi8(15);
     __m256i bsp[4];
-    for (int c = 0; c < 4; c++) {
-        const int16_t *b = x->bsums + 4 * c;
-        int lo = b[0] + b[1], hi = b[2] + b[3];
-        bsp[c] = _mm256_set1_epi32((int32_t)((uint32_t)(uint16_t)lo | (uint32_t)hi << 16));
-    }
+    q4k_bsum_pairs(x, bsp);
     for (int h = 0; h < 2; h++) {
         __m256i A = _mm256_setzero_si256(), B = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
