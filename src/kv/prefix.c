@@ -242,22 +242,12 @@ struct kv_block_id kv_block_id_from_bytes(const uint8_t in[16])
     return id;
 }
 
-static const char frame_magic[8] = {'I', 'N', 'F', 'D', 'K', 'V', 'B', '1'};
-
-static void put_u32(uint8_t *d, uint32_t v)
+static struct kv_frame_layout frame_layout(const struct kv_prefix *px)
 {
-    for (int i = 0; i < 4; i++)
-        d[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const uint8_t *d)
-{
-    return (uint32_t)d[0] | (uint32_t)d[1] << 8 | (uint32_t)d[2] << 16 | (uint32_t)d[3] << 24;
-}
-
-static uint64_t get_u64(const uint8_t *d)
-{
-    return (uint64_t)get_u32(d) | (uint64_t)get_u32(d + 4) << 32;
+    struct kv_frame_layout l = {.n_layer = (uint32_t)px->pool->cfg.n_layer,
+                                .layer_bytes = (uint32_t)(2 * px->pool->half_bytes)};
+    memcpy(l.fingerprint, px->fingerprint, 16);
+    return l;
 }
 
 size_t kv_prefix_frame_bytes(const struct kv_prefix *px)
@@ -273,13 +263,11 @@ int kv_prefix_export(const struct kv_prefix *px, const struct kv_block_id *id, v
     if (!kv_prefix_lookup(px, id, &b)) return ERR_NOT_FOUND;
     if (cap < kv_prefix_frame_bytes(px)) return ERR_INVALID;
     uint8_t *d = buf;
-    memcpy(d, frame_magic, 8);
-    memcpy(d + 8, px->fingerprint, 16);
-    kv_block_id_to_bytes(id, d + 24);
-    put_u32(d + 40, (uint32_t)p->cfg.n_layer);
-    put_u32(d + 44, (uint32_t)(2 * p->half_bytes));
+    struct kv_frame_layout l = frame_layout(px);
+    uint8_t idb[16];
+    kv_block_id_to_bytes(id, idb);
     kv_pool_read_block(p, b, d + KV_FRAME_HEADER);
-    put_u64(d + 48, XXH3_64bits(d + KV_FRAME_HEADER, p->block_bytes));
+    kv_frame_seal(&l, idb, d);
     return 0;
 }
 
@@ -287,22 +275,9 @@ int kv_prefix_import(struct kv_prefix *px, const void *buf, size_t len, struct e
 {
     struct kv_pool *p = px->pool;
     const uint8_t *d = buf;
-    if (len < KV_FRAME_HEADER || memcmp(d, frame_magic, 8) != 0)
-        return err_set(msg, ERR_FORMAT, "kv block frame: bad magic or %zu bytes is too short", len);
-    if (memcmp(d + 8, px->fingerprint, 16) != 0)
-        return err_set(msg, ERR_INVALID,
-                       "kv block frame: engine fingerprint differs (another model, KV type, "
-                       "block size or numerics version)");
-    uint32_t n_layer = get_u32(d + 40), layer_bytes = get_u32(d + 44);
-    if (n_layer != (uint32_t)p->cfg.n_layer || layer_bytes != 2 * p->half_bytes)
-        return err_set(msg, ERR_INVALID,
-                       "kv block frame: layout %u layers x %u bytes, expected %d x %zu", n_layer,
-                       layer_bytes, p->cfg.n_layer, 2 * p->half_bytes);
-    if (len != kv_prefix_frame_bytes(px))
-        return err_set(msg, ERR_FORMAT, "kv block frame: %zu bytes, expected %zu", len,
-                       kv_prefix_frame_bytes(px));
-    if (XXH3_64bits(d + KV_FRAME_HEADER, p->block_bytes) != get_u64(d + 48))
-        return err_set(msg, ERR_FORMAT, "kv block frame: checksum mismatch (corrupt block)");
+    struct kv_frame_layout l = frame_layout(px);
+    int rc = kv_frame_check(&l, buf, len, NULL, NULL, msg);
+    if (rc) return rc;
     struct kv_block_id id = kv_block_id_from_bytes(d + 24);
     if (kv_prefix_lookup(px, &id, NULL)) return 0;
     int32_t b;

@@ -40,16 +40,9 @@
  * (evicted) is appended to an event list the engine drains; a global prefix
  * index across workers is built from these.
  *
- * Export / import: a cached block travels as one frame - the seam tiers and
- * prefill->decode transfer build on. All integers little-endian:
- *
- *   0   8  magic "INFDKVB1"
- *   8  16  engine fingerprint          (must equal the importer's)
- *  24  16  block id                    (kv_block_id_to_bytes)
- *  40   4  n_layer                     (must equal the importer's)
- *  44   4  bytes per layer: K then V   (must equal the importer's)
- *  48   8  XXH3-64 of the payload
- *  56      payload: n_layer x (K | V), the block exactly as pool.h lays it out
+ * Export / import: a cached block travels as one frame, in the format of
+ * kv/frame.h (its codec): the seam tiers and prefill->decode transfer build
+ * on.
  *
  * A frame is external input: import checks every field and the checksum and
  * refuses with a message naming what was wrong; a corrupt block is a miss,
@@ -65,6 +58,7 @@
 #ifndef INFERD_KV_PREFIX_H
 #define INFERD_KV_PREFIX_H
 
+#include "kv/frame.h"
 #include "kv/pool.h"
 
 #include <stdbool.h>
@@ -144,8 +138,6 @@ int kv_prefix_take_events(struct kv_prefix *px, struct kv_prefix_event *out, int
  * big-endian. */
 void kv_block_id_to_bytes(const struct kv_block_id *id, uint8_t out[16]);
 struct kv_block_id kv_block_id_from_bytes(const uint8_t in[16]);
-
-#define KV_FRAME_HEADER 56
 
 /* Bytes of one exported block frame. */
 size_t kv_prefix_frame_bytes(const struct kv_prefix *px);

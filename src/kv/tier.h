@@ -118,10 +118,10 @@ struct kv_tier {
 /* Records ------------------------------------------------------------------ */
 
 struct kv_tier_record {
-    int64_t expires;   /* unix seconds */
-    int64_t stored;    /* unix seconds */
+    int64_t expires;    /* unix seconds */
+    int64_t stored;     /* unix seconds */
     uint64_t frame_len; /* bytes of the frame after the header */
-    uint8_t id[16];    /* block id */
+    uint8_t id[16];     /* block id */
 };
 
 /* Writes the 56-byte record header for r into out. */
