@@ -69,7 +69,7 @@ ask "$port" 1 >/dev/null
 for s in 2 3 4; do ask "$port" "$s" >/dev/null; done
 got=$(ask "$port" 1)
 n=$(served "$work/ram.log" ram)
-if [ "$got" = "$want" ] && [ "${n:-0}" -ge 10 ]; then ok "ram tier: $n blocks, bitwise equal"
+if [ "$got" = "$want" ] && [ "${n:-0}" -ge 6 ]; then ok "ram tier: $n blocks, bitwise equal"
 else fail "ram tier: '${n:-0}' blocks served; equal: $([ "$got" = "$want" ] && echo yes || echo no)"; fi
 stop "$pid"
 
