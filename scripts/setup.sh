@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake ninja-build pkg-config clang clang-format libclang-rt-14-dev
       libjansson-dev libxxhash-dev libevent-dev libhttp-parser-dev libpcre2-dev libutf8proc-dev
-      liburing-dev libsqlite3-dev libssl-dev python3 python3-numpy nodejs npm curl
+      liburing-dev libsqlite3-dev libssl-dev libhiredis-dev redis-server python3 python3-numpy
+      nodejs npm curl
       librsvg2-bin)
 
 missing=()

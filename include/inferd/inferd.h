@@ -97,6 +97,13 @@ struct inferd_engine_config {
     bool kv_events;              /* true: record block stored/evicted events (drain them!) */
     bool grammar_inline;         /* true: fill grammar masks after the forward on the calling thread
                                     (default: on a helper thread while the forward runs; same output) */
+    /* Pre-eviction hook (write-back KV tiers): called on the engine's thread,
+     * inside the step that needs the memory, just before a cached block is
+     * evicted from the prefix cache, with its frame (exactly the bytes
+     * inferd_kv_export writes, in a buffer the engine owns and reuses: copy
+     * what you keep). It must not call into the engine. NULL: none. */
+    void (*kv_evict_hook)(void *ctx, const uint8_t id[16], const void *frame, size_t len);
+    void *kv_evict_ctx; /* passed to kv_evict_hook */
 };
 
 void inferd_engine_config_default(struct inferd_engine_config *cfg);
@@ -186,6 +193,10 @@ struct inferd_request {
     const char *cache_salt;          /* (cache_salt_len) bytes; NULL/empty: shared cache */
     size_t cache_salt_len;           /* only requests with equal salts share KV blocks */
     struct inferd_sampling sampling; /* how to pick tokens */
+    bool hold;                       /* queue it held, waiting on a KV tier load: it is not
+                                        admitted until inferd_kv_release_hold (other requests
+                                        keep stepping); it counts against max_waiting and in
+                                        inferd_stats.n_loading, not n_waiting */
     struct inferd_grammar grammar;   /* optional constraint: tokens are drawn from those that
                                         keep the output in the grammar (masked logits are -inf,
                                         logprobs are of the masked distribution); the request
@@ -283,6 +294,7 @@ bool inferd_poll(inferd_engine *e, struct inferd_event *ev);
 struct inferd_stats {
     int n_waiting;            /* gauge: requests queued (new or preempted) */
     int n_running;            /* gauge: requests admitted (prefilling or decoding) */
+    int n_loading;            /* gauge: requests held for a KV tier load (inferd_request.hold) */
     int kv_blocks_total;      /* pool size */
     int kv_blocks_used;       /* gauge: blocks referenced by requests */
     int kv_blocks_cached;     /* gauge: unreferenced blocks kept by the prefix cache (LRU) */
@@ -338,10 +350,38 @@ struct inferd_kv_event {
  * Events accumulate until drained when config.kv_events is set. */
 int inferd_kv_events(inferd_engine *e, struct inferd_kv_event *out, int cap);
 
+/* ---- KV block ids and tiers ---- */
+
+/* Positions per KV block (block ids cover this many tokens each). */
+int inferd_engine_block_tokens(const inferd_engine *e);
+/* The ids of the full blocks of a token sequence, without an engine: a pure
+ * function of the engine fingerprint (inferd_engine_fingerprint), the block
+ * size, the cache salt (salt_len bytes; NULL/0: none) and the tokens - the
+ * ids the engine gives the same blocks, so a router or a tier computes them
+ * anywhere. Writes min(n_tokens / block_tokens, cap) ids (the 16-byte form
+ * of inferd_kv_event) and returns that count, or ERR_INVALID. Any thread. */
+int inferd_kv_block_ids(const uint8_t fingerprint[16], int block_tokens, const char *salt,
+                        size_t salt_len, const int32_t *tokens, int n_tokens, uint8_t (*ids)[16],
+                        int cap);
+/* How many of ids[0..n), from the first, the engine's pool holds now
+ * (0 with the prefix cache off). */
+int inferd_kv_cached_prefix(const inferd_engine *e, const uint8_t (*ids)[16], int n);
+/* Lets a request submitted with hold be admitted (its imported prefix
+ * blocks are then attached like any cached ones). Returns 0, or
+ * ERR_NOT_FOUND for an unknown or finished id. Releasing an unheld request
+ * is a no-op. Imported blocks sit unreferenced on the LRU until admission;
+ * under memory pressure some may be evicted first and are then recomputed
+ * (output unchanged). */
+int inferd_kv_release_hold(inferd_engine *e, uint64_t id);
+/* What a frame of this engine carries: its fingerprint, the layers and the
+ * bytes per layer per block (K and V together). */
+void inferd_kv_frame_layout(const inferd_engine *e, uint8_t fingerprint[16], uint32_t *n_layer,
+                            uint32_t *layer_bytes);
+
 /* ---- KV block export / import by id (tiers, transfers) ----
  * A frame carries one cached block: a 56-byte header (magic, engine
  * fingerprint, id, layout, XXH3-64 checksum) and the block's bytes, layer by
- * layer (src/kv/prefix.h has the layout). Frames move between engines with
+ * layer (src/kv/frame.h has the layout). Frames move between engines with
  * equal fingerprints; an imported block is found by the next request whose
  * prompt hashes to its id, exactly as if this engine had computed it. */
 

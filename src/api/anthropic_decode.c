@@ -164,6 +164,7 @@ static int decode(const char *body, size_t len, bool need_max, struct api_reques
     if ((rc = api_get_output_format(root, r, msg))) goto out;
     if ((rc = api_get_anthropic_tools(root, r, msg))) goto out;
     if ((rc = decode_metadata(root, r, msg))) goto out;
+    if ((rc = api_get_cache_class(root, r, msg))) goto out;
     if ((rc = api_check_unsupported(root, r, msg))) goto out;
     r->messages = json_array();
     const json_t *sys = json_object_get(root, "system");

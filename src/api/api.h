@@ -68,6 +68,8 @@ struct api_request {
     int n;                          /* completions per prompt (1..API_MAX_N) */
     int max_tokens;                 /* 0 = until the context is full */
     int priority;                   /* higher runs first (vLLM's extension field "priority") */
+    char cache_ttl_class[32];       /* extension "cache_ttl_class": the traffic class whose TTL
+                                       its KV blocks get ("" = the endpoint's default) */
     struct inferd_sampling sp;      /* sampling; sp.logit_bias points at bias */
     bool has_seed;                  /* the client chose sp.seed (else drawn per request) */
     struct inferd_logit_bias *bias; /* (n_bias) OpenAI logit_bias entries */
@@ -132,6 +134,10 @@ int api_get_int(const json_t *o, const char *key, long lo, long hi, int *out, st
 int api_get_bool(const json_t *o, const char *key, bool *out, struct api_request *r,
                  struct err_msg *msg);
 /* Copies a string field into a fresh heap string (*out NULL when absent). */
+/* The extension field cache_ttl_class (every API): a name of letters,
+ * digits, '_' and '-', at most 31 bytes; the server checks it is a class it
+ * knows. */
+int api_get_cache_class(const json_t *root, struct api_request *r, struct err_msg *msg);
 int api_get_string(const json_t *o, const char *key, char **out, struct api_request *r,
                    struct err_msg *msg);
 /* stop: a string or an array of up to max strings. */

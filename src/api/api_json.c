@@ -150,6 +150,25 @@ int api_get_bool(const json_t *o, const char *key, bool *out, struct api_request
     return 0;
 }
 
+int api_get_cache_class(const json_t *root, struct api_request *r, struct err_msg *msg)
+{
+    const char *key = "cache_ttl_class";
+    const json_t *v = json_object_get(root, key);
+    if (absent(v)) return 0;
+    if (!json_is_string(v)) return api_fail(r, msg, key, "expected a string");
+    const char *c = json_string_value(v);
+    size_t n = json_string_length(v);
+    if (n == 0 || n >= sizeof(r->cache_ttl_class))
+        return api_fail(r, msg, key, "expected a class name of 1 to %zu bytes",
+                        sizeof(r->cache_ttl_class) - 1);
+    for (size_t i = 0; i < n; i++)
+        if (!((c[i] >= 'a' && c[i] <= 'z') || (c[i] >= 'A' && c[i] <= 'Z') ||
+              (c[i] >= '0' && c[i] <= '9') || c[i] == '_' || c[i] == '-'))
+            return api_fail(r, msg, key, "class names use letters, digits, '_' and '-'");
+    memcpy(r->cache_ttl_class, c, n + 1);
+    return 0;
+}
+
 int api_get_string(const json_t *o, const char *key, char **out, struct api_request *r,
                    struct err_msg *msg)
 {

@@ -110,6 +110,7 @@ static int decode_common(const json_t *root, struct api_request *r, struct err_m
     if ((rc = api_get_int(root, "max_tokens", 1, 1 << 24, &r->max_tokens, r, msg))) return rc;
     if ((rc = api_get_int(root, "priority", -1000000, 1000000, &r->priority, r, msg))) return rc;
     if ((rc = api_get_response_format(root, r, msg))) return rc;
+    if ((rc = api_get_cache_class(root, r, msg))) return rc;
     return api_check_unsupported(root, r, msg);
 }
 

@@ -138,6 +138,7 @@ int responses_decode(const char *body, size_t len, struct api_request *r, struct
     if ((rc = api_get_text_format(root, r, msg))) goto out;
     if ((rc = api_get_responses_tools(root, r, msg))) goto out;
     if ((rc = api_get_metadata(root, r, msg))) goto out;
+    if ((rc = api_get_cache_class(root, r, msg))) goto out;
     if ((rc = api_check_unsupported(root, r, msg))) goto out;
     const json_t *input = json_object_get(root, "input");
     r->input_items = json_array();

@@ -14,6 +14,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* --prefill-ratio R: the config's -1 means off, which the flag spells 0;
  * ratios in (0, 1] would forbid prefilling next to decodes at all. */
@@ -29,11 +30,81 @@ static int set_prefill_ratio(void *dst, const char *spelling, const char *val, s
     return 0;
 }
 
+/* --kv-tier SPEC, repeatable, in order; "none": no tiers at all. */
+static int add_tier(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    struct serve_config *c = dst;
+    (void)spelling;
+    if (!strcmp(val, "none")) {
+        c->kv_tiers_off = true;
+        return 0;
+    }
+    if (c->n_kv_tiers == KV_CHAIN_MAX_TIERS)
+        return err_set(m, ERR_INVALID, "--kv-tier: at most %d tiers", KV_CHAIN_MAX_TIERS);
+    return kv_tier_spec_parse(val, &c->kv_tiers[c->n_kv_tiers++], m);
+}
+
+static int set_ttl(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    (void)spelling;
+    return kv_ttl_classes_set(&((struct serve_config *)dst)->kv_ttl, val, m);
+}
+
+/* --kv-ttl-default [ENDPOINT=]CLASS: ENDPOINT one of chat, completions,
+ * responses, messages; none: every endpoint. Classes are looked up after
+ * all flags (a class may be defined by a later --kv-ttl). */
+struct ttl_default {
+    char spec[8][80]; /* as given */
+    int n;            /* entries */
+};
+
+static int add_ttl_default(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    struct ttl_default *d = dst;
+    if (d->n == 8 || strlen(val) >= sizeof(d->spec[0]))
+        return err_set(m, ERR_INVALID, "%s '%s': too many or too long", spelling, val);
+    snprintf(d->spec[d->n++], sizeof(d->spec[0]), "%s", val);
+    return 0;
+}
+
+static int apply_ttl_defaults(struct serve_config *c, const struct ttl_default *d,
+                              struct err_msg *m)
+{
+    static const char *const endpoints[4] = {"chat", "completions", "responses", "messages"};
+    for (int i = 0; i < d->n; i++) {
+        const char *v = d->spec[i], *eq = strchr(v, '=');
+        const char *cls = eq ? eq + 1 : v;
+        int k = kv_ttl_classes_find(&c->kv_ttl, cls, strlen(cls));
+        if (k < 0)
+            return err_set(m, ERR_INVALID,
+                           "--kv-ttl-default '%s': no class '%s' (define it with "
+                           "--kv-ttl %s=DURATION)",
+                           v, cls, cls);
+        if (!eq) {
+            c->kv_ttl.dflt = k;
+            continue;
+        }
+        int e = -1;
+        for (int j = 0; j < 4; j++)
+            if (strlen(endpoints[j]) == (size_t)(eq - v) &&
+                !strncmp(v, endpoints[j], (size_t)(eq - v)))
+                e = j;
+        if (e < 0)
+            return err_set(m, ERR_INVALID,
+                           "--kv-ttl-default '%s': endpoint must be chat, completions, responses "
+                           "or messages",
+                           v);
+        c->kv_ttl_endpoint[e] = k; /* endpoints[] is in api_kind order */
+    }
+    return 0;
+}
+
 int cmd_serve(int argc, char **argv)
 {
     struct serve_config c;
     serve_config_default(&c);
     bool verbose = false;
+    struct ttl_default ttl_defaults = {0};
     const struct cmd_opt opts[] = {
         CMD_OPT_STR("model", 'm', "FILE",
                     "GGUF model to serve (default: a random-weight demo\n"
@@ -115,6 +186,20 @@ int cmd_serve(int argc, char **argv)
                     &c.api_key),
         CMD_OPT_STR("port-file", 0, "FILE", "write the bound port there once listening",
                     &c.port_file),
+        CMD_OPT_CALL("kv-tier", 0, "SPEC",
+                     "a KV tier behind the engine pool, repeatable, fastest\n"
+                     "first: ram:SIZE, disk:DIR[:SIZE], shared:DIR:SIZE,\n"
+                     "redis://HOST:PORT[/DB], redis+unix:///PATH; none: no\n"
+                     "tiers (default: disk:DATA-DIR/kv, sized to fit)",
+                     add_tier, &c),
+        CMD_OPT_CALL("kv-ttl", 0, "CLASS=DUR",
+                     "time to live of a traffic class's KV blocks\n"
+                     "(defaults agent=3d, chat=7d; units s, m, h, d)",
+                     set_ttl, &c),
+        CMD_OPT_CALL("kv-ttl-default", 0, "[ENDPOINT=]CLASS",
+                     "class of requests that name none (default chat);\n"
+                     "ENDPOINT: chat, completions, responses, messages",
+                     add_ttl_default, &ttl_defaults),
         CMD_OPT_FLAG("verbose", 'v', "debug logging", &verbose),
         CMD_OPT_END,
     };
@@ -127,6 +212,10 @@ int cmd_serve(int argc, char **argv)
     if (verbose) log_set_level(LOG_LEVEL_DEBUG);
 
     struct err_msg msg = {{0}};
+    if (apply_ttl_defaults(&c, &ttl_defaults, &msg)) {
+        fprintf(stderr, "inferd serve: %s\n", msg.text);
+        return CMD_EXIT_USAGE;
+    }
     int rc = serve_run(&c, &msg);
     if (rc) {
         fprintf(stderr, "inferd serve: %s\n", msg.text[0] ? msg.text : err_str(rc));

@@ -119,6 +119,7 @@ struct req {
     bool ignore_eos;          /* do not stop at end-of-generation tokens */
     bool admitted;            /* was admitted at least once */
     bool paused;              /* inferd_pause: not scheduled (its KV stays) */
+    bool held;                /* inferd_request.hold: waits on a tier load, not admitted */
     double t_submit;          /* time_now_s() at submit */
     double queue_s;           /* submit -> first admission, seconds */
     int n_cached_prompt;      /* usage: prompt tokens attached at first admission */
@@ -146,6 +147,7 @@ struct inferd_engine {
     struct kv_prefix prefix;         /* content index over kv (unused if no_prefix_cache) */
     bool prefix_on;                  /* prefix cache in use */
     uint8_t fingerprint[16];         /* engine fingerprint (block ids hash it) */
+    uint8_t *evict_frame;            /* (frame bytes) scratch of the pre-eviction hook, or NULL */
     struct fwd_ctx *fwd;             /* forward scratch */
     struct sampler **samplers;       /* (n_samplers) sampling scratch, one per compute thread */
     int n_samplers;                  /* entries of samplers: min(tpool_size(pool), max_seqs) */
@@ -308,6 +310,18 @@ void inferd_engine_fingerprint(const inferd_engine *e, uint8_t out[16])
     memcpy(out, e->fingerprint, 16);
 }
 
+/* The prefix cache is about to evict a block: hand its frame to the
+ * caller's pre-eviction hook while the bytes are still there. */
+static void on_evict(void *ctx, const struct kv_block_id *id)
+{
+    struct inferd_engine *e = ctx;
+    size_t len = kv_prefix_frame_bytes(&e->prefix);
+    if (kv_prefix_export(&e->prefix, id, e->evict_frame, len)) return;
+    uint8_t idb[16];
+    kv_block_id_to_bytes(id, idb);
+    e->cfg.kv_evict_hook(e->cfg.kv_evict_ctx, idb, e->evict_frame, len);
+}
+
 int inferd_engine_new(inferd_model *im, const struct inferd_engine_config *cfg_in,
                       inferd_engine **out, char *err, size_t err_len)
 {
@@ -368,6 +382,11 @@ int inferd_engine_new(inferd_model *im, const struct inferd_engine_config *cfg_i
         kv_prefix_init(&e->prefix, &e->kv, e->fingerprint);
         e->prefix.record_events = cfg.kv_events;
         e->prefix_on = true;
+        if (cfg.kv_evict_hook) {
+            e->evict_frame = xmalloc(kv_prefix_frame_bytes(&e->prefix));
+            e->prefix.evict_hook = on_evict;
+            e->prefix.evict_ctx = e;
+        }
     }
     e->pool = tpool_new(cfg.n_threads);
     rc = fwd_ctx_new(im->m, &e->kv, e->pool, cfg.token_budget, cfg.max_ctx, &e->fwd, &msg);
@@ -426,6 +445,7 @@ void inferd_engine_free(inferd_engine *e)
         sampler_free(e->samplers[i]);
     free(e->samplers);
     kv_prefix_release(&e->prefix); /* after the requests released their blocks */
+    free(e->evict_frame);
     kv_pool_release(&e->kv);
     constrain_release(&e->constrain);
     free(e->b_tokens);
@@ -687,6 +707,7 @@ int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id
     q->n_prompt = q->n_tokens = r->n_prompt;
     q->max_tokens = r->max_tokens;
     q->ignore_eos = r->ignore_eos;
+    q->held = r->hold;
     q->batch_seq = -1;
     q->extra = kv_prefix_extra_key(r->cache_salt, r->cache_salt_len);
     q->ids = xmalloc(sizeof(*q->ids) * (size_t)(q->cap / e->cfg.block_tokens + 1));
@@ -998,7 +1019,7 @@ int inferd_engine_step(inferd_engine *e)
         struct req *q = e->order[i];
         const int cap = q->priority > top_decode_priority ? budget : limit;
         if (n_batch >= cap) break; /* the rest rank no higher: same cap */
-        if (q->batch_seq >= 0 || q->state == REQ_STATE_FINISHED || q->paused) continue;
+        if (q->batch_seq >= 0 || q->state == REQ_STATE_FINISHED || q->paused || q->held) continue;
         int hit = -1; /* blocks attached if q is admitted now */
         if (q->state == REQ_STATE_WAITING) {
             /* A request preempted in this step waits for the next one:
@@ -1125,12 +1146,16 @@ int inferd_engine_step(inferd_engine *e)
 void inferd_engine_stats(const inferd_engine *e, struct inferd_stats *s)
 {
     *s = e->stats;
-    s->n_waiting = s->n_running = 0;
+    s->n_waiting = s->n_running = s->n_loading = 0;
     s->queued_tokens = 0;
     for (int i = 0; i < e->n_reqs; i++) {
         const struct req *q = e->reqs[i];
         if (q->state == REQ_STATE_RUNNING) s->n_running++;
         if (q->state != REQ_STATE_WAITING) continue;
+        if (q->held) {
+            s->n_loading++;
+            continue;
+        }
         s->n_waiting++;
         s->queued_tokens +=
             (q->n_tokens - q->n_computed) + (q->max_tokens - (q->n_tokens - q->n_prompt));
@@ -1175,6 +1200,60 @@ int inferd_kv_export(inferd_engine *e, const uint8_t id[16], void *buf, size_t c
     if (!e->prefix_on) return ERR_NOT_FOUND;
     struct kv_block_id bid = kv_block_id_from_bytes(id);
     return kv_prefix_export(&e->prefix, &bid, buf, cap);
+}
+
+int inferd_engine_block_tokens(const inferd_engine *e)
+{
+    return e->cfg.block_tokens;
+}
+
+void inferd_kv_frame_layout(const inferd_engine *e, uint8_t fingerprint[16], uint32_t *n_layer,
+                            uint32_t *layer_bytes)
+{
+    memcpy(fingerprint, e->fingerprint, 16);
+    *n_layer = (uint32_t)e->kv.cfg.n_layer;
+    *layer_bytes = (uint32_t)(2 * e->kv.half_bytes);
+}
+
+int inferd_kv_block_ids(const uint8_t fingerprint[16], int block_tokens, const char *salt,
+                        size_t salt_len, const int32_t *tokens, int n_tokens, uint8_t (*ids)[16],
+                        int cap)
+{
+    if (block_tokens <= 0 || n_tokens < 0 || cap < 0 || (salt_len && !salt)) return ERR_INVALID;
+    int n = MIN(n_tokens / block_tokens, cap);
+    if (n == 0) return 0;
+    struct kv_block_id extra = kv_prefix_extra_key(salt, salt_len), id = {0, 0};
+    uint8_t *scratch = xmalloc(48 + 4 * (size_t)block_tokens);
+    for (int i = 0; i < n; i++) {
+        id = kv_block_id_compute(fingerprint, block_tokens, i ? &id : NULL, &extra,
+                                 tokens + (size_t)i * block_tokens, scratch);
+        kv_block_id_to_bytes(&id, ids[i]);
+    }
+    free(scratch);
+    return n;
+}
+
+int inferd_kv_cached_prefix(const inferd_engine *e, const uint8_t (*ids)[16], int n)
+{
+    if (!e->prefix_on) return 0;
+    int i = 0;
+    for (; i < n; i++) {
+        struct kv_block_id id = kv_block_id_from_bytes(ids[i]);
+        if (!kv_prefix_lookup(&e->prefix, &id, NULL)) break;
+    }
+    return i;
+}
+
+int inferd_kv_release_hold(inferd_engine *e, uint64_t id)
+{
+    for (int i = 0; i < e->n_reqs; i++) {
+        struct req *q = e->reqs[i];
+        if (q->id != id) continue;
+        if (q->state == REQ_STATE_FINISHED) return ERR_NOT_FOUND;
+        q->held = false;
+        return 0;
+    }
+    return ERR_NOT_FOUND;
 }
 
 int inferd_kv_import(inferd_engine *e, const void *buf, size_t len, char *err, size_t err_len)

@@ -74,23 +74,31 @@ struct kv_block_id kv_prefix_extra_key(const char *salt, size_t len)
     return from_xxh(XXH3_128bits(salt, len));
 }
 
-struct kv_block_id kv_prefix_block_id(struct kv_prefix *px, const struct kv_block_id *parent,
-                                      const struct kv_block_id *extra, const int32_t *tokens)
+struct kv_block_id kv_block_id_compute(const uint8_t fingerprint[16], int block_tokens,
+                                       const struct kv_block_id *parent,
+                                       const struct kv_block_id *extra, const int32_t *tokens,
+                                       uint8_t *scratch)
 {
     /* Serialized little-endian, so ids are the same on any host. */
-    const int bt = px->pool->cfg.block_tokens;
-    uint8_t *d = px->scratch;
-    memcpy(d, px->fingerprint, 16);
+    uint8_t *d = scratch;
+    memcpy(d, fingerprint, 16);
     put_u64(d + 16, parent ? parent->hi : 0);
     put_u64(d + 24, parent ? parent->lo : 0);
     put_u64(d + 32, extra->hi);
     put_u64(d + 40, extra->lo);
-    for (int i = 0; i < bt; i++) {
+    for (int i = 0; i < block_tokens; i++) {
         uint32_t t = (uint32_t)tokens[i];
         for (int k = 0; k < 4; k++)
             d[48 + 4 * i + k] = (uint8_t)(t >> (8 * k));
     }
-    return from_xxh(XXH3_128bits(d, 48 + 4 * (size_t)bt));
+    return from_xxh(XXH3_128bits(d, 48 + 4 * (size_t)block_tokens));
+}
+
+struct kv_block_id kv_prefix_block_id(struct kv_prefix *px, const struct kv_block_id *parent,
+                                      const struct kv_block_id *extra, const int32_t *tokens)
+{
+    return kv_block_id_compute(px->fingerprint, px->pool->cfg.block_tokens, parent, extra, tokens,
+                               px->scratch);
 }
 
 static uint32_t bucket_of(const struct kv_prefix *px, const struct kv_block_id *id)
@@ -167,6 +175,7 @@ int32_t kv__prefix_evict(struct kv_prefix *px)
     int32_t b = px->lru_head;
     if (b < 0) return -1;
     CHECK(px->cached[b] && px->pool->refs[b] == 0);
+    if (px->evict_hook) px->evict_hook(px->evict_ctx, &px->ids[b]); /* still cached: exportable */
     lru_unlink(px, b);
     int32_t *link = &px->bucket[bucket_of(px, &px->ids[b])];
     while (*link != b) {

@@ -99,6 +99,10 @@ struct kv_prefix {
     struct kv_prefix_event *events; /* (n_events) undrained events, oldest first */
     int n_events, cap_events;       /* count, allocated */
     uint8_t *scratch;               /* (48 + 4 * block_tokens) bytes hashed per block id */
+    /* Called by kv__prefix_evict before a block leaves the index, while it
+     * is still cached and its bytes intact (write-back tiers save it). */
+    void (*evict_hook)(void *ctx, const struct kv_block_id *id);
+    void *evict_ctx; /* for evict_hook */
 };
 
 /* Indexes the blocks of pool p (which must have no cached blocks yet) and
@@ -113,7 +117,14 @@ void kv_prefix_release(struct kv_prefix *px);
 struct kv_block_id kv_prefix_extra_key(const char *salt, size_t len);
 
 /* Id of the block with these block_tokens tokens after parent (NULL: the
- * first block). Pure: the same inputs give the same id in any process. */
+ * first block) under an engine fingerprint: the one definition of a block
+ * id. scratch: 48 + 4 * block_tokens bytes. Pure: the same inputs give the
+ * same id in any process. */
+struct kv_block_id kv_block_id_compute(const uint8_t fingerprint[16], int block_tokens,
+                                       const struct kv_block_id *parent,
+                                       const struct kv_block_id *extra, const int32_t *tokens,
+                                       uint8_t *scratch);
+/* kv_block_id_compute with px's fingerprint, block size and scratch. */
 struct kv_block_id kv_prefix_block_id(struct kv_prefix *px, const struct kv_block_id *parent,
                                       const struct kv_block_id *extra, const int32_t *tokens);
 

@@ -41,6 +41,11 @@ int kv_parse_size(const char *s, uint64_t *out, struct err_msg *msg);
 /* "3d"-style durations in seconds (> 0). Returns 0 or ERR_INVALID. */
 int kv_parse_duration(const char *s, int64_t *out, struct err_msg *msg);
 
+/* Opens the tier s names for frames of layout l (tier_open.c). Returns 0
+ * or a negative code with a message naming the tier. */
+int kv_tier_open(const struct kv_tier_spec *s, const struct kv_frame_layout *l, int64_t now,
+                 struct kv_tier **out, struct err_msg *msg);
+
 enum { KV_MAX_CLASSES = 16 };
 
 struct kv_ttl_class {

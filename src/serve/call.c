@@ -160,14 +160,31 @@ static void account(struct call *c, int err_code, const char *err_text)
         s->metrics.prompt_tokens += (uint64_t)o->n_prompt_tokens;
         s->metrics.cached_tokens += (uint64_t)o->n_cached_tokens;
     }
+    /* which tier served how many of the prompt's blocks */
+    char tiers[200] = "";
+    if (s->kv_chain) {
+        struct kv_chain_stats ks;
+        kv_chain_snapshot(s->kv_chain, &ks);
+        size_t at = 0;
+        for (int t = 0; t < ks.n_tiers && at < sizeof(tiers) - 40; t++) {
+            if (!c->kv_tier_blocks[t]) continue;
+            s->metrics.tier_blocks[t] += (uint64_t)c->kv_tier_blocks[t];
+            at += (size_t)snprintf(tiers + at, sizeof(tiers) - at, "%s%s:%d", at ? "," : "",
+                                   ks.tiers[t].name, c->kv_tier_blocks[t]);
+        }
+    }
     s->metrics.generated_tokens += (uint64_t)n_gen;
     metrics_request(&s->metrics, c->endpoint, status);
     /* every failed answer says why, also a stream that ended in an error event */
-    char note[400] = "";
+    char note[640] = "";
     if (c->gone)
         snprintf(note, sizeof(note), " error=\"the client went away\"");
     else if (err_code)
         snprintf(note, sizeof(note), " error=\"%.360s\"", err_text ? err_text : err_str(err_code));
+    if (tiers[0]) {
+        size_t l = strlen(note);
+        snprintf(note + l, sizeof(note) - l, " kv_tier_blocks=%s", tiers);
+    }
     serve_log_line(c->method, c->request_id, c->t_start_ns, c->endpoint, status,
                    c->pipe_on ? o->n_prompt_tokens : 0, n_gen, note);
 }
@@ -334,7 +351,11 @@ static void on_message(struct server *s, struct call *c, int i, const struct run
             g->engine_open)
             runner_cancel(&s->runner, g->tag); /* a stop string ended the choice */
     }
-    if (final && g->prompt * c->r.n == i) c->pipe.out.n_cached_tokens += ev->n_cached;
+    if (final && g->prompt * c->r.n == i) {
+        c->pipe.out.n_cached_tokens += ev->n_cached;
+        for (int t = 0; t < KV_CHAIN_MAX_TIERS; t++)
+            c->kv_tier_blocks[t] += m->kv_tier_blocks[t];
+    }
     if (final) metrics_observe(&s->metrics.queue, ev->queue_s);
     if (final && !c->gone) {
         switch (ev->finish) {
@@ -422,7 +443,7 @@ static void start_generation(struct server *s, struct call *c)
         q.grammar.source = r->grammar_src;
         q.grammar.len = r->grammar_src ? strlen(r->grammar_src) : 0;
         q.grammar.compiled = p->grammar; /* the engine takes its own reference */
-        runner_submit(&s->runner, g->tag, &q);
+        runner_submit_ttl(&s->runner, g->tag, &q, p->kv_ttl_s);
     }
     flush(c);
 }

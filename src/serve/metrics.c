@@ -3,6 +3,7 @@
  */
 #include "serve/metrics.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -157,4 +158,79 @@ void metrics_render(const struct metrics *m, const struct runner_stats *rs, stru
     }
     buf_printf(out, "inferd_step_batch_tokens_sum %llu\ninferd_step_batch_tokens_count %llu\n",
                (unsigned long long)rs->step_tokens, (unsigned long long)rs->n_steps);
+}
+
+/* One counter or gauge series per tier. */
+static void per_tier(struct buf *out, const struct kv_chain_stats *ks, const char *name,
+                     const char *type, const char *help, size_t off)
+{
+    buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    for (int i = 0; i < ks->n_tiers; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&ks->tiers[i].tier + off, sizeof(v));
+        buf_printf(out, "%s{tier=\"%s\"} %llu\n", name, ks->tiers[i].name, (unsigned long long)v);
+    }
+}
+
+void metrics_render_tiers(const struct metrics *m, const struct kv_chain_stats *ks, struct buf *out)
+{
+#define TIER(name, type, help, field)                                                              \
+    per_tier(out, ks, name, type, help, offsetof(struct kv_tier_stats, field))
+    TIER("inferd_kv_tier_hits_total", "counter", "Blocks a KV tier served, verified.", hits);
+    TIER("inferd_kv_tier_misses_total", "counter",
+         "Block reads a KV tier could not serve (absent, expired, corrupt, down).", misses);
+    TIER("inferd_kv_tier_read_bytes_total", "counter", "Frame bytes read from a KV tier.",
+         bytes_read);
+    TIER("inferd_kv_tier_written_bytes_total", "counter", "Bytes written to a KV tier.",
+         bytes_written);
+    TIER("inferd_kv_tier_put_errors_total", "counter",
+         "Blocks a KV tier failed to store (full, unwritable, down).", put_errors);
+    TIER("inferd_kv_tier_evictions_total", "counter", "Blocks a KV tier dropped for room.",
+         evictions);
+    TIER("inferd_kv_tier_expirations_total", "counter", "Blocks a KV tier dropped as expired.",
+         expirations);
+    TIER("inferd_kv_tier_corrupt_total", "counter",
+         "Torn, corrupt or foreign records a KV tier dropped.", corrupt);
+    TIER("inferd_kv_tier_used_bytes", "gauge", "Bytes a KV tier holds.", used_bytes);
+    TIER("inferd_kv_tier_capacity_bytes", "gauge", "A KV tier's capacity.", capacity_bytes);
+    TIER("inferd_kv_tier_blocks", "gauge", "Blocks a KV tier holds.", n_blocks);
+#undef TIER
+    buf_puts(out, "# HELP inferd_kv_tier_writable Whether a KV tier accepts writes.\n"
+                  "# TYPE inferd_kv_tier_writable gauge\n");
+    for (int i = 0; i < ks->n_tiers; i++)
+        buf_printf(out, "inferd_kv_tier_writable{tier=\"%s\"} %d\n", ks->tiers[i].name,
+                   ks->tiers[i].tier.writable ? 1 : 0);
+    buf_puts(out, "# HELP inferd_kv_tier_prompt_blocks_total Prompt blocks of finished requests "
+                  "each KV tier served.\n# TYPE inferd_kv_tier_prompt_blocks_total counter\n");
+    for (int i = 0; i < ks->n_tiers; i++)
+        buf_printf(out, "inferd_kv_tier_prompt_blocks_total{tier=\"%s\"} %llu\n", ks->tiers[i].name,
+                   (unsigned long long)m->tier_blocks[i]);
+    const char *name = "inferd_kv_tier_load_seconds";
+    buf_printf(out,
+               "# HELP %s Block load latency of a KV tier (verified hits).\n"
+               "# TYPE %s histogram\n",
+               name, name);
+    for (int i = 0; i < ks->n_tiers; i++) {
+        const struct kv_tier_stats *t = &ks->tiers[i].tier;
+        uint64_t cum = 0, n = 0;
+        for (int b = 0; b < KV_TIER_LAT_BUCKETS; b++)
+            n += t->lat_hist[b];
+        for (int b = 0; b < KV_TIER_LAT_BUCKETS - 1; b++) {
+            cum += t->lat_hist[b];
+            buf_printf(out, "%s_bucket{tier=\"%s\",le=\"%g\"} %llu\n", name, ks->tiers[i].name,
+                       kv_tier_lat_bounds_ms[b] / 1000.0, (unsigned long long)cum);
+        }
+        buf_printf(out,
+                   "%s_bucket{tier=\"%s\",le=\"+Inf\"} %llu\n%s_sum{tier=\"%s\"} %.6f\n"
+                   "%s_count{tier=\"%s\"} %llu\n",
+                   name, ks->tiers[i].name, (unsigned long long)n, name, ks->tiers[i].name,
+                   t->lat_sum_ms / 1000.0, name, ks->tiers[i].name, (unsigned long long)n);
+    }
+    scalar(out, "inferd_kv_tier_puts_dropped_total", "counter",
+           "Blocks not queued for the KV tiers because the write queue was full.",
+           ks->puts_dropped);
+    scalar(out, "inferd_kv_tier_loads_total", "counter", "Tier loads run for new requests.",
+           ks->loads);
+    scalar(out, "inferd_kv_tier_loads_cost_stopped_total", "counter",
+           "Tier loads cut short because recomputing was cheaper.", ks->loads_cost_stopped);
 }

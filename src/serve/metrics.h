@@ -14,6 +14,7 @@
 #define INFERD_SERVE_METRICS_H
 
 #include "base/buf.h"
+#include "kv/chain.h"
 #include "serve/runner.h"
 
 #include <stdint.h>
@@ -44,10 +45,14 @@ struct metrics {
     uint64_t generated_tokens;                     /* tokens generated */
     uint64_t cancelled;                            /* requests ended by client disconnect */
     int open_requests;                             /* HTTP requests being served now */
+    uint64_t tier_blocks[KV_CHAIN_MAX_TIERS];      /* prompt blocks each KV tier served */
 };
 
 void metrics_request(struct metrics *m, const char *endpoint, int status);
 void metrics_observe(struct metrics_hist *h, double seconds);
 void metrics_render(const struct metrics *m, const struct runner_stats *rs, struct buf *out);
+/* The KV tiers' series, labelled by tier name. */
+void metrics_render_tiers(const struct metrics *m, const struct kv_chain_stats *ks,
+                          struct buf *out);
 
 #endif

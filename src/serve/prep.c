@@ -214,6 +214,31 @@ static int compile_grammar(struct server *s, struct call *c, struct err_msg *msg
     return err_set(msg, rc == ERR_INVALID ? ERR_INVALID : rc, "%s: %s", param, err);
 }
 
+/* The request's traffic class -> its blocks' time to live. */
+static int ttl_class(struct server *s, struct call *c, struct err_msg *msg)
+{
+    const struct kv_ttl_classes *t = &s->cfg->kv_ttl;
+    int k = -1;
+    if (c->r.cache_ttl_class[0]) {
+        k = kv_ttl_classes_find(t, c->r.cache_ttl_class, strlen(c->r.cache_ttl_class));
+        if (k < 0) {
+            char known[256] = "";
+            for (int i = 0, at = 0; i < t->n && at < 200; i++)
+                at += snprintf(known + at, sizeof(known) - (size_t)at, "%s%s", i ? ", " : "",
+                               t->c[i].name);
+            snprintf(c->r.bad_param, sizeof(c->r.bad_param), "cache_ttl_class");
+            return err_set(msg, ERR_INVALID,
+                           "cache_ttl_class: unknown class '%s' (this server has %s)",
+                           c->r.cache_ttl_class, known);
+        }
+    } else {
+        k = s->cfg->kv_ttl_endpoint[c->r.kind];
+        if (k < 0) k = t->dflt;
+    }
+    c->prep.kv_ttl_s = t->c[k].ttl_s;
+    return 0;
+}
+
 void prep_generation(struct server *s, struct call *c, const char *body, size_t len,
                      enum api_kind kind)
 {
@@ -250,6 +275,7 @@ void prep_generation(struct server *s, struct call *c, const char *body, size_t 
         rc = err_set(msg, ERR_NOT_FOUND, "model '%s' does not exist; this server serves '%s'",
                      c->r.model, s->model_name);
     }
+    if (!rc) rc = ttl_class(s, c, msg);
     if (!rc) rc = build_messages(s, c, msg);
     if (!rc) rc = setup_tools(s, c, msg);
     if (!rc) rc = tokenize_prompts(s, c, msg);

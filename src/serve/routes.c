@@ -441,6 +441,11 @@ static void on_metrics(struct server *s, struct http_request *req, const struct 
     runner_get_stats(&s->runner, &rs);
     struct buf b = {0};
     metrics_render(&s->metrics, &rs, &b);
+    if (s->kv_chain) {
+        struct kv_chain_stats ks;
+        kv_chain_snapshot(s->kv_chain, &ks);
+        metrics_render_tiers(&s->metrics, &ks, &b);
+    }
     http_respond(req, 200, "text/plain; version=0.0.4", b.data, b.len);
     buf_release(&b);
 }

@@ -30,11 +30,21 @@ struct runner_cmd {
     enum cmd_kind kind;        /* submit or cancel */
     uint64_t tag;              /* request */
     struct inferd_request req; /* CMD_SUBMIT: prompt and logit_bias owned */
+    int64_t ttl_s;             /* CMD_SUBMIT: its blocks' time to live (0: default) */
+};
+
+/* What the tier side knows of a live request's prompt. */
+struct kv_owner {
+    int64_t ttl_s;                       /* its class's time to live */
+    int n_ids;                           /* full prompt blocks */
+    uint8_t (*ids)[16];                  /* (n_ids) their ids */
+    int tier_blocks[KV_CHAIN_MAX_TIERS]; /* blocks each tier served it */
 };
 
 struct live {
-    uint64_t tag; /* caller's name */
-    uint64_t id;  /* engine's name */
+    uint64_t tag;         /* caller's name */
+    uint64_t id;          /* engine's name */
+    struct kv_owner *own; /* tiers on: its prompt's blocks, else NULL */
 };
 
 struct thread_state {
@@ -42,6 +52,7 @@ struct thread_state {
     size_t n_live, cap_live;   /* fill / capacity */
     struct runner_msg *batch;  /* (n_batch, cap_batch) messages of this round */
     size_t n_batch, cap_batch; /* fill / capacity */
+    struct u64map imported;    /* folded ids of blocks just imported from a tier */
 };
 
 static struct runner_msg *batch_push(struct thread_state *t)
@@ -60,6 +71,49 @@ static void free_cmd(struct runner_cmd *c)
     free((void *)c->req.prompt);
     free((void *)c->req.sampling.logit_bias);
     free((void *)c->req.grammar.source);
+    free((void *)c->req.cache_salt);
+}
+
+/* A block id as a u64map key (non-zero). */
+static uint64_t fold_id(const uint8_t id[16])
+{
+    uint64_t k;
+    memcpy(&k, id + 8, 8);
+    return k ? k : 1;
+}
+
+static int64_t owner_ttl(const struct runner *r, const struct kv_owner *o)
+{
+    return o && o->ttl_s > 0 ? o->ttl_s : r->kv.default_ttl_s;
+}
+
+static void owner_free(struct runner *r, struct kv_owner *o)
+{
+    if (!o) return;
+    for (int i = 0; i < o->n_ids; i++)
+        if (u64map_get(&r->kv.owners, fold_id(o->ids[i])) == o)
+            u64map_del(&r->kv.owners, fold_id(o->ids[i]));
+    free(o->ids);
+    free(o);
+}
+
+/* Tiers on: names c's prompt blocks and decides whether to hold it for a
+ * tier load (the pool lacks some of the blocks admission would attach). */
+static struct kv_owner *kv_prepare(struct runner *r, struct runner_cmd *c, int *from, int *to)
+{
+    const int bt = r->kv.block_tokens;
+    struct kv_owner *o = xcalloc(1, sizeof(*o));
+    o->ttl_s = c->ttl_s;
+    int n_full = c->req.n_prompt / bt;
+    o->ids = xmalloc(16 * (size_t)MAX(n_full, 1));
+    o->n_ids = inferd_kv_block_ids(r->kv.fingerprint, bt, c->req.cache_salt, c->req.cache_salt_len,
+                                   c->req.prompt, c->req.n_prompt, o->ids, n_full);
+    /* admission attaches all but the block holding the last prompt token */
+    int usable = MIN(o->n_ids, (c->req.n_prompt - 1) / bt);
+    *from = inferd_kv_cached_prefix(r->engine, (const uint8_t(*)[16])o->ids, usable);
+    *to = usable;
+    c->req.hold = *from < usable;
+    return o;
 }
 
 static void apply(struct runner *r, struct thread_state *t, struct runner_cmd *c)
@@ -76,19 +130,114 @@ static void apply(struct runner *r, struct thread_state *t, struct runner_cmd *c
     }
     uint64_t id;
     char err[256] = "";
+    int from = 0, to = 0;
+    struct kv_owner *own = r->kv.chain && c->req.n_prompt > 0 ? kv_prepare(r, c, &from, &to) : NULL;
     int rc = inferd_submit(r->engine, &c->req, &id, err, sizeof(err));
     if (rc) {
         struct runner_msg *m = batch_push(t);
         m->tag = c->tag;
         m->rc = rc;
         snprintf(m->err, sizeof(m->err), "%s", err);
+        owner_free(r, own);
         return;
     }
     if (t->n_live == t->cap_live) {
         t->cap_live = t->cap_live ? t->cap_live * 2 : 64;
         t->live = xrealloc(t->live, sizeof(*t->live) * t->cap_live);
     }
-    t->live[t->n_live++] = (struct live){c->tag, id};
+    t->live[t->n_live++] = (struct live){c->tag, id, own};
+    if (!own) return;
+    for (int i = 0; i < own->n_ids; i++)
+        u64map_put(&r->kv.owners, fold_id(own->ids[i]), own);
+    if (c->req.hold) {
+        /* Recomputing one block costs block_tokens tokens of a step. */
+        double ms = r->stats.engine.step_ms_per_token * r->kv.block_tokens;
+        kv_chain_load(r->kv.chain, id, (const uint8_t(*)[16])own->ids + from, to - from, ms,
+                      kv_chain_now(r->kv.chain) + owner_ttl(r, own));
+    }
+}
+
+static struct live *find_live(struct thread_state *t, uint64_t id)
+{
+    for (size_t i = 0; i < t->n_live; i++)
+        if (t->live[i].id == id) return &t->live[i];
+    return NULL;
+}
+
+/* Finished tier loads: their frames into the pool, the holds released. */
+static void kv_loaded(struct runner *r, struct thread_state *t)
+{
+    struct kv_chain_load done[16];
+    int n;
+    while ((n = kv_chain_poll(r->kv.chain, done, (int)ARRAY_LEN(done))) > 0) {
+        for (int k = 0; k < n; k++) {
+            struct kv_chain_load *l = &done[k];
+            struct live *lv = find_live(t, l->tag);
+            if (lv) {
+                int imported = 0;
+                for (int b = 0; b < l->n_frames; b++) {
+                    const uint8_t *f = l->frames + r->kv.frame_bytes * (size_t)b;
+                    char err[256];
+                    int rc = inferd_kv_import(r->engine, f, r->kv.frame_bytes, err, sizeof(err));
+                    if (rc) {
+                        log_warn("kv tiers: import failed, the rest is recomputed: %s", err);
+                        break;
+                    }
+                    u64map_put(&t->imported, fold_id(f + 24), (void *)1);
+                    imported++;
+                }
+                for (int i = 0, left = imported; i < kv_chain_n_tiers(r->kv.chain); i++) {
+                    int got = MIN(l->by_tier[i], left);
+                    lv->own->tier_blocks[i] += got;
+                    left -= got;
+                }
+                log_debug("kv tiers: request %llu: %d of %d blocks loaded in %.1f ms%s",
+                          (unsigned long long)l->tag, imported, l->n_want, l->ms,
+                          l->cost_stop ? " (the rest is cheaper to recompute)" : "");
+                inferd_kv_release_hold(r->engine, l->tag);
+            }
+            kv_chain_load_free(l);
+        }
+    }
+}
+
+/* Blocks that entered the prefix index -> write-through tiers. */
+static void kv_stored(struct runner *r, struct thread_state *t)
+{
+    struct inferd_kv_event ev[64];
+    int n;
+    while ((n = inferd_kv_events(r->engine, ev, (int)ARRAY_LEN(ev))) > 0) {
+        for (int i = 0; i < n && r->kv.chain; i++) {
+            if (ev[i].kind != INFERD_KV_STORED) continue;
+            uint64_t key = fold_id(ev[i].id);
+            if (u64map_get(&t->imported, key)) {
+                u64map_del(&t->imported, key); /* came from a tier: it is there already */
+                continue;
+            }
+            if (inferd_kv_export(r->engine, ev[i].id, r->kv.frame, r->kv.frame_bytes)) continue;
+            const struct kv_owner *o = u64map_get(&r->kv.owners, key);
+            kv_chain_put(r->kv.chain, ev[i].id, r->kv.frame, r->kv.frame_bytes,
+                         kv_chain_now(r->kv.chain) + owner_ttl(r, o), false, o ? o->n_ids : 0);
+        }
+    }
+}
+
+void runner_kv_evict_hook(void *ctx, const uint8_t id[16], const void *frame, size_t len)
+{
+    struct runner *r = ctx;
+    if (!r->kv.chain) return;
+    const struct kv_owner *o = u64map_get(&r->kv.owners, fold_id(id));
+    kv_chain_put(r->kv.chain, id, frame, len, kv_chain_now(r->kv.chain) + owner_ttl(r, o), true,
+                 o ? o->n_ids : 0);
+}
+
+void runner_kv_wake(void *ctx)
+{
+    struct runner *r = ctx;
+    pthread_mutex_lock(&r->mu);
+    r->kv_ready = true;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
 }
 
 /* Engine events -> batch; a finish forgets the tag. */
@@ -103,7 +252,13 @@ static void collect(struct runner *r, struct thread_state *t)
         struct runner_msg *m = batch_push(t);
         m->tag = t->live[i].tag;
         m->ev = ev;
-        if (ev.finish != INFERD_FINISH_NONE) t->live[i] = t->live[--t->n_live];
+        if (ev.finish != INFERD_FINISH_NONE) {
+            if (t->live[i].own) {
+                memcpy(m->kv_tier_blocks, t->live[i].own->tier_blocks, sizeof(m->kv_tier_blocks));
+                owner_free(r, t->live[i].own);
+            }
+            t->live[i] = t->live[--t->n_live];
+        }
     }
 }
 
@@ -132,12 +287,15 @@ static void *thread_main(void *arg)
         cmds = tmp;
         cap_cmds = tmp_cap;
         bool stopping = r->stopping;
+        bool kv_ready = r->kv_ready;
+        r->kv_ready = false;
         pthread_mutex_unlock(&r->mu);
 
         for (size_t i = 0; i < n_cmds; i++) {
             apply(r, &t, &cmds[i]);
             free_cmd(&cmds[i]);
         }
+        if (kv_ready) kv_loaded(r, &t);
         if (stopping)
             for (size_t i = 0; i < t.n_live; i++)
                 inferd_cancel(r->engine, t.live[i].id);
@@ -160,6 +318,7 @@ static void *thread_main(void *arg)
             t.n_live = 0;
         }
         collect(r, &t);
+        kv_stored(r, &t);
         struct inferd_stats es;
         inferd_engine_stats(r->engine, &es);
 
@@ -185,7 +344,7 @@ static void *thread_main(void *arg)
         }
         bool busy = es.n_waiting + es.n_running > 0;
         if (stopping && !busy && t.n_live == 0) break;
-        if (r->n_cmds == 0 && !r->stopping) {
+        if (r->n_cmds == 0 && !r->stopping && !r->kv_ready) {
             if (!busy) {
                 pthread_cond_wait(&r->cv, &r->mu);
             } else if (n <= 0) {
@@ -203,23 +362,47 @@ static void *thread_main(void *arg)
         }
     }
     pthread_mutex_unlock(&r->mu);
+    for (size_t i = 0; i < t.n_live; i++)
+        owner_free(r, t.live[i].own);
     free(cmds);
     free(t.live);
     free(t.batch);
+    u64map_release(&t.imported);
     return NULL;
 }
 
 int runner_start(struct runner *r, inferd_engine *e, struct err_msg *msg)
 {
+    return runner_start_tiers(r, e, NULL, 0, msg);
+}
+
+int runner_start_tiers(struct runner *r, inferd_engine *e, struct kv_chain *chain,
+                       int64_t default_ttl_s, struct err_msg *msg)
+{
     memset(r, 0, sizeof(*r));
     r->engine = e;
+    if (chain) {
+        r->kv.chain = chain;
+        inferd_engine_fingerprint(e, r->kv.fingerprint);
+        r->kv.block_tokens = inferd_engine_block_tokens(e);
+        r->kv.default_ttl_s = default_ttl_s;
+        r->kv.frame_bytes = inferd_kv_frame_bytes(e);
+        r->kv.frame = xmalloc(MAX(r->kv.frame_bytes, 1));
+    }
     r->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (r->wake_fd < 0) return err_set(msg, -errno, "eventfd: %s", strerror(errno));
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
-    int rc = pthread_create(&r->thread, NULL, thread_main, r);
+    int rc;
+    if (chain && (rc = kv_chain_start(chain, msg))) {
+        close(r->wake_fd);
+        free(r->kv.frame);
+        return rc;
+    }
+    rc = pthread_create(&r->thread, NULL, thread_main, r);
     if (rc) {
         close(r->wake_fd);
+        free(r->kv.frame);
         return err_set(msg, -rc, "engine thread: %s", strerror(rc));
     }
     r->started = true;
@@ -238,6 +421,8 @@ void runner_stop(struct runner *r)
         free_cmd(&r->cmds[i]);
     free(r->cmds);
     free(r->out);
+    free(r->kv.frame);
+    u64map_release(&r->kv.owners);
     close(r->wake_fd);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
@@ -258,7 +443,13 @@ static void push_cmd(struct runner *r, const struct runner_cmd *c)
 
 void runner_submit(struct runner *r, uint64_t tag, const struct inferd_request *req)
 {
-    struct runner_cmd c = {.kind = CMD_SUBMIT, .tag = tag, .req = *req};
+    runner_submit_ttl(r, tag, req, 0);
+}
+
+void runner_submit_ttl(struct runner *r, uint64_t tag, const struct inferd_request *req,
+                       int64_t ttl_s)
+{
+    struct runner_cmd c = {.kind = CMD_SUBMIT, .tag = tag, .req = *req, .ttl_s = ttl_s};
     int32_t *p = xmalloc(sizeof(int32_t) * (size_t)MAX(req->n_prompt, 1));
     if (req->n_prompt > 0) memcpy(p, req->prompt, sizeof(int32_t) * (size_t)req->n_prompt);
     c.req.prompt = p;
@@ -273,6 +464,12 @@ void runner_submit(struct runner *r, uint64_t tag, const struct inferd_request *
         memcpy(g, req->grammar.source, req->grammar.len);
         g[req->grammar.len] = 0;
         c.req.grammar.source = g;
+    }
+    c.req.cache_salt = NULL;
+    if (req->cache_salt_len > 0) {
+        char *salt = xmalloc(req->cache_salt_len);
+        memcpy(salt, req->cache_salt, req->cache_salt_len);
+        c.req.cache_salt = salt;
     }
     push_cmd(r, &c);
 }

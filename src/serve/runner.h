@@ -17,6 +17,17 @@
  * engine event with finish != NONE (cancelled requests included), after
  * which the tag is forgotten.
  *
+ * KV tiers (optional, kv/chain.h): before a prompt is submitted the runner
+ * computes its block ids (inferd_kv_block_ids) and asks the engine how many
+ * leading blocks its pool holds; when the tier chain may hold more, the
+ * request is submitted held (waiting on a tier load, never blocking a step)
+ * and a load goes to the chain's I/O thread. When the load is back, its
+ * frames are imported into the pool and the hold released: the request then
+ * attaches them as prefix hits and prefills only the rest. Blocks go the
+ * other way through the engine's KV events (stored: write-through tiers)
+ * and its pre-eviction hook (write-back tiers), with the expiry of the
+ * traffic class of the request whose prompt holds them (else the default).
+ *
  * Stats: after each step the runner publishes an inferd_stats snapshot and
  * step counters under the same mutex, for /metrics and /health.
  */
@@ -24,7 +35,9 @@
 #define INFERD_SERVE_RUNNER_H
 
 #include "base/err.h"
+#include "base/u64map.h"
 #include "inferd/inferd.h"
+#include "kv/chain.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -32,10 +45,11 @@
 #include <stdint.h>
 
 struct runner_msg {
-    uint64_t tag;           /* the caller's name for the request */
-    int rc;                 /* submit result: 0, or the error (then ev is unused) */
-    char err[256];          /* submit error message */
-    struct inferd_event ev; /* engine event (rc == 0) */
+    uint64_t tag;                           /* the caller's name for the request */
+    int kv_tier_blocks[KV_CHAIN_MAX_TIERS]; /* on finish: prompt blocks each tier served */
+    int rc;                                 /* submit result: 0, or the error (then ev is unused) */
+    char err[256];                          /* submit error message */
+    struct inferd_event ev;                 /* engine event (rc == 0) */
 };
 
 struct runner_cmd;
@@ -51,6 +65,17 @@ struct runner_stats {
     uint64_t n_steps;                        /* non-idle steps */
 };
 
+/* The tier side of a runner (runner_start_tiers). */
+struct runner_kv {
+    struct kv_chain *chain;  /* the tiers, or NULL; the caller's (outlives the runner) */
+    uint8_t fingerprint[16]; /* the engine's, for block ids */
+    int block_tokens;        /* the engine's */
+    int64_t default_ttl_s;   /* expiry of blocks no live request names */
+    size_t frame_bytes;      /* inferd_kv_frame_bytes */
+    uint8_t *frame;          /* (frame_bytes) export scratch, runner thread */
+    struct u64map owners;    /* folded block id -> struct kv_owner of a live request */
+};
+
 struct runner {
     inferd_engine *engine;     /* owned by the thread while it runs */
     pthread_t thread;          /* the runner thread */
@@ -64,15 +89,33 @@ struct runner {
     bool started;              /* the thread exists */
     int wake_fd;               /* eventfd the loop watches; written when out fills */
     struct runner_stats stats; /* published after each step */
+    bool kv_ready;             /* a tier load finished: poll the chain */
+    struct runner_kv kv;       /* tiers (kv.chain NULL: none) */
 };
 
 /* Starts the thread. Returns 0 or a negative errno with msg set. */
 int runner_start(struct runner *r, inferd_engine *e, struct err_msg *msg);
+/* The same with a tier chain (not started yet: the runner sets its wake
+ * callback and starts it) whose blocks expire default_ttl_s after they are
+ * stored unless a request's class says longer. The engine must have been
+ * made with kv_events on and runner_kv_evict_hook as its pre-eviction hook
+ * (context: r). */
+int runner_start_tiers(struct runner *r, inferd_engine *e, struct kv_chain *chain,
+                       int64_t default_ttl_s, struct err_msg *msg);
+/* For inferd_engine_config.kv_evict_hook: hands a block leaving the pool to
+ * the write-back tiers. ctx: the runner. */
+void runner_kv_evict_hook(void *ctx, const uint8_t id[16], const void *frame, size_t len);
+/* For kv_chain_opts.wake: a tier load finished. ctx: the runner. */
+void runner_kv_wake(void *ctx);
 /* Stops the thread (pending requests are cancelled) and frees the boxes;
  * the engine stays the caller's. */
 void runner_stop(struct runner *r);
 /* Queues a copy of req (prompt and logit bias copied) under tag. */
 void runner_submit(struct runner *r, uint64_t tag, const struct inferd_request *req);
+/* The same for a request of a traffic class whose blocks live ttl_s
+ * (0: the default). */
+void runner_submit_ttl(struct runner *r, uint64_t tag, const struct inferd_request *req,
+                       int64_t ttl_s);
 void runner_cancel(struct runner *r, uint64_t tag);
 /* Pauses or resumes the tag's request (inferd_pause); unknown tags are
  * ignored. */

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 const char serve_demo_note[] =
@@ -161,6 +162,74 @@ void serve_config_default(struct serve_config *c)
     c->store_ttl_s = 30 * 24 * 3600;
     c->store_max_bytes = 16u << 20;
     c->shutdown_timeout_s = 30;
+    kv_ttl_classes_default(&c->kv_ttl);
+    for (int i = 0; i < 4; i++)
+        c->kv_ttl_endpoint[i] = -1;
+}
+
+/* The embedded default tier: data_dir/kv, a quarter of the free space at
+ * start, between 64 MiB and 64 GiB. */
+static int default_tier(const struct serve_config *cfg, struct kv_tier_spec *t, struct err_msg *msg)
+{
+    memset(t, 0, sizeof(*t));
+    t->kind = KV_TIER_DISK;
+    if (snprintf(t->path, sizeof(t->path), "%s/kv", cfg->data_dir) >= (int)sizeof(t->path))
+        return err_set(msg, ERR_INVALID, "data dir '%s': too long", cfg->data_dir);
+    struct statvfs fs;
+    if (statvfs(cfg->data_dir, &fs))
+        return err_set(msg, -errno, "data dir '%s': %s", cfg->data_dir, strerror(errno));
+    uint64_t free_bytes = (uint64_t)fs.f_bavail * fs.f_frsize;
+    t->bytes = MIN(MAX(free_bytes / 4, (uint64_t)64 << 20), (uint64_t)64 << 30);
+    return 0;
+}
+
+/* Opens the tiers the flags name (or the default one) into a chain. A tier
+ * named by a flag that cannot open is an error; the default one that cannot
+ * is a warning and no tier. */
+static int open_tiers(struct server *s, const struct serve_config *cfg, struct err_msg *msg)
+{
+    struct kv_tier_spec dflt;
+    const struct kv_tier_spec *specs = cfg->kv_tiers;
+    int n = cfg->n_kv_tiers;
+    bool is_default = n == 0;
+    if (cfg->kv_tiers_off || !inferd_kv_frame_bytes(s->engine)) return 0;
+    if (is_default) {
+        int rc = default_tier(cfg, &dflt, msg);
+        if (rc) return rc;
+        specs = &dflt;
+        n = 1;
+    }
+    struct kv_frame_layout l;
+    inferd_kv_frame_layout(s->engine, l.fingerprint, &l.n_layer, &l.layer_bytes);
+    struct kv_chain_opts o = {.wake = runner_kv_wake, .wake_ctx = &s->runner};
+    int rc = kv_chain_new(&l, &o, &s->kv_chain, msg);
+    if (rc) return rc;
+    for (int i = 0; i < n; i++) {
+        struct kv_tier *t;
+        if ((rc = kv_tier_open(&specs[i], &l, kv_chain_now(s->kv_chain), &t, msg))) {
+            if (!is_default) return rc;
+            log_warn("kv tiers: the default disk tier is off: %s", msg->text);
+            kv_chain_free(s->kv_chain);
+            s->kv_chain = NULL;
+            msg->text[0] = 0;
+            return 0;
+        }
+        struct kv_chain_tier_cfg tc = {.write = specs[i].kind == KV_TIER_RAM ? KV_WRITE_BACK
+                                                                             : KV_WRITE_THROUGH};
+        if ((rc = kv_chain_add(s->kv_chain, t, &tc, msg))) return rc;
+        log_info("kv tier %d: %s %s (%.1f GiB, %s)", i + 1, t->name,
+                 specs[i].kind == KV_TIER_RAM ? "in memory" : specs[i].path,
+                 (double)specs[i].bytes / (double)(1ull << 30),
+                 tc.write == KV_WRITE_BACK ? "write-back" : "write-through");
+    }
+    return 0;
+}
+
+static bool wants_write_back(const struct serve_config *cfg)
+{
+    for (int i = 0; i < cfg->n_kv_tiers; i++)
+        if (cfg->kv_tiers[i].kind == KV_TIER_RAM) return true;
+    return false;
 }
 
 static int make_demo(const struct serve_config *cfg, char *path, size_t n, struct err_msg *msg)
@@ -287,8 +356,16 @@ static int load(struct server *s, const struct serve_config *cfg, struct err_msg
     ec.token_budget = cfg->token_budget;
     ec.prefill_step_ratio = cfg->prefill_step_ratio;
     ec.max_waiting = cfg->max_queue;
+    if (!cfg->kv_tiers_off) {
+        ec.kv_events = true; /* drained by the runner: write-through tiers */
+        if (wants_write_back(cfg)) {
+            ec.kv_evict_hook = runner_kv_evict_hook;
+            ec.kv_evict_ctx = &s->runner;
+        }
+    }
     if ((rc = inferd_engine_new(s->model, &ec, &s->engine, err, sizeof(err))))
         return err_set(msg, rc, "engine: %s", err);
+    if ((rc = open_tiers(s, cfg, msg))) return rc;
     int train = inferd_model_n_ctx_train(s->model);
     s->max_ctx = cfg->max_ctx ? cfg->max_ctx : MIN(train, 4096);
     prompt_bound(s);
@@ -299,7 +376,9 @@ static int load(struct server *s, const struct serve_config *cfg, struct err_msg
     s->prep_on = true;
     if ((rc = jobq_start(&s->storeq, 1, 0, msg))) return rc;
     s->store_on = true;
-    return runner_start(&s->runner, s->engine, msg);
+    /* the default class's TTL for blocks no live request names */
+    return runner_start_tiers(&s->runner, s->engine, s->kv_chain,
+                              cfg->kv_ttl.c[cfg->kv_ttl.dflt].ttl_s, msg);
 }
 
 /* Tears down in the order that keeps every reference valid: workers
@@ -312,6 +391,8 @@ static void unload(struct server *s)
     s->prep_on = s->store_on = false;
     if (s->http) call_fail_all(s, ERR_UNAVAILABLE, "the server is shutting down");
     runner_stop(&s->runner);
+    kv_chain_free(s->kv_chain); /* writes what is queued */
+    s->kv_chain = NULL;
     for (struct call *c = s->calls; c; c = c->next)
         if (c->gens)
             for (int i = 0; i < c->pipe.out.n_choices; i++)

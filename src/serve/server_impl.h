@@ -65,6 +65,7 @@ struct gen {
 /* What a prep job produces for a call (written by the prep thread). */
 struct call_prep {
     int rc;                           /* 0, or the error to answer */
+    int64_t kv_ttl_s;                 /* the request's traffic class: its blocks' time to live */
     struct err_msg msg;               /* the error's message */
     struct i32vec *prompt_ids;        /* (n_prompts) tokenized prompts */
     int n_prompts;                    /* entries of prompt_ids */
@@ -75,33 +76,35 @@ struct call_prep {
 };
 
 struct call {
-    struct server *srv;       /* owner */
-    struct http_request *req; /* the HTTP request (ours until finished) */
-    struct jobq_job job;      /* the prep job, then the store job */
-    bool job_out;             /* a prep or store job holds the call */
-    bool gone;                /* the client went away */
-    bool replied;             /* the answer (or error) is complete or being stored */
-    bool http_started;        /* stream: status and headers sent */
-    bool paused;              /* the engine requests are paused: the socket is full */
-    const char *endpoint;     /* route label for metrics */
-    char method[16];          /* the request's method, for the log line */
-    char request_id[136];     /* its x-request-id, for the log line */
-    struct api_request r;     /* decoded request */
-    struct call_prep prep;    /* the prep job's results */
-    struct api_pipe pipe;     /* the output pipeline (after prep) */
-    bool pipe_on;             /* pipe was initialised */
-    struct gen *gens;         /* (pipe.out.n_choices) */
-    char *store_resp;         /* store job: the response JSON to store */
-    char *store_conv;         /* store job: the conversation JSON */
-    int store_rc;             /* store job: result */
-    struct err_msg store_msg; /* store job: error message */
-    uint64_t t_start_ns;      /* request received */
-    int status;               /* HTTP status sent */
-    struct call *prev, *next; /* the server's live calls */
+    struct server *srv;                     /* owner */
+    struct http_request *req;               /* the HTTP request (ours until finished) */
+    struct jobq_job job;                    /* the prep job, then the store job */
+    bool job_out;                           /* a prep or store job holds the call */
+    bool gone;                              /* the client went away */
+    bool replied;                           /* the answer (or error) is complete or being stored */
+    bool http_started;                      /* stream: status and headers sent */
+    bool paused;                            /* the engine requests are paused: the socket is full */
+    const char *endpoint;                   /* route label for metrics */
+    char method[16];                        /* the request's method, for the log line */
+    char request_id[136];                   /* its x-request-id, for the log line */
+    struct api_request r;                   /* decoded request */
+    struct call_prep prep;                  /* the prep job's results */
+    int kv_tier_blocks[KV_CHAIN_MAX_TIERS]; /* prompt blocks each KV tier served */
+    struct api_pipe pipe;                   /* the output pipeline (after prep) */
+    bool pipe_on;                           /* pipe was initialised */
+    struct gen *gens;                       /* (pipe.out.n_choices) */
+    char *store_resp;                       /* store job: the response JSON to store */
+    char *store_conv;                       /* store job: the conversation JSON */
+    int store_rc;                           /* store job: result */
+    struct err_msg store_msg;               /* store job: error message */
+    uint64_t t_start_ns;                    /* request received */
+    int status;                             /* HTTP status sent */
+    struct call *prev, *next;               /* the server's live calls */
 };
 
 struct server {
     const struct serve_config *cfg;   /* flags */
+    struct kv_chain *kv_chain;        /* the KV tiers behind the engine pool, or NULL */
     struct event_base *base;          /* the loop */
     struct http_server *http;         /* the connection layer */
     struct http_hooks hooks;          /* its hooks (point here) */

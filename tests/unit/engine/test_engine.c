@@ -1025,6 +1025,134 @@ TEST(stress_small_pool_priorities_cancels)
     inferd_engine_free(e);
 }
 
+/* The pure block ids are the ids the engine gives the same blocks. */
+TEST(pure_block_ids_equal_the_engine_ids)
+{
+    int32_t p[80];
+    prompt_of(p, 70, 70, 0);
+    struct inferd_engine_config cfg = cfg_of(64, 64, 8);
+    cfg.kv_events = true;
+    for (int salted = 0; salted < 2; salted++) {
+        const char *salt = salted ? "tenant-a" : NULL;
+        inferd_engine *e = engine_cfg(&cfg);
+        run_one(e, submit_p(e, p, 70, 4, 3, 0, salt), &res_a);
+        struct inferd_kv_event ev[16];
+        int n = inferd_kv_events(e, ev, 16);
+        EXPECT_EQ_INT(n, 4); /* 73 computed positions: 4 full blocks */
+        uint8_t fp[16], ids[8][16];
+        inferd_engine_fingerprint(e, fp);
+        EXPECT_EQ_INT(inferd_engine_block_tokens(e), 16);
+        int k = inferd_kv_block_ids(fp, 16, salt, salt ? strlen(salt) : 0, p, 70, ids, 8);
+        EXPECT_EQ_INT(k, 4);
+        for (int i = 0; i < k && i < n; i++)
+            EXPECT(memcmp(ids[i], ev[i].id, 16) == 0);
+        EXPECT_EQ_INT(inferd_kv_cached_prefix(e, (const uint8_t(*)[16])ids, k), 4);
+        ids[2][0] ^= 1; /* the probe stops at the first block not held */
+        EXPECT_EQ_INT(inferd_kv_cached_prefix(e, (const uint8_t(*)[16])ids, k), 2);
+        EXPECT_EQ_INT(inferd_kv_block_ids(fp, 16, NULL, 0, p, 70, ids, 2), 2);
+        EXPECT_EQ_INT(inferd_kv_block_ids(fp, 0, NULL, 0, p, 70, ids, 2), ERR_INVALID);
+        inferd_engine_free(e);
+    }
+}
+
+struct evicted {
+    int n;               /* frames seen */
+    uint8_t ids[64][16]; /* their ids */
+    uint8_t *frames[64]; /* copies */
+    size_t len;          /* frame bytes */
+};
+
+static void keep_evicted(void *ctx, const uint8_t id[16], const void *frame, size_t len)
+{
+    struct evicted *v = ctx;
+    if (v->n == 64) return;
+    memcpy(v->ids[v->n], id, 16);
+    v->frames[v->n] = malloc(len);
+    memcpy(v->frames[v->n], frame, len);
+    v->len = len;
+    v->n++;
+}
+
+/* The pre-eviction hook sees every evicted block with its intact frame:
+ * imported into a fresh engine, the frames serve the prompt bitwise as a
+ * recompute. */
+TEST(evict_hook_saves_blocks_before_reuse)
+{
+    static struct evicted v;
+    int32_t p[80], q[80];
+    prompt_of(p, 70, 70, 0);
+    prompt_of(q, 70, 0, 7);
+    struct inferd_engine_config cfg = cfg_of(64, 8, 8); /* 8 blocks: q evicts p */
+    cfg.kv_evict_hook = keep_evicted;
+    cfg.kv_evict_ctx = &v;
+    inferd_engine *e = engine_cfg(&cfg);
+    run_one(e, submit_p(e, p, 70, 4, 9, 0, NULL), &res_a);
+    EXPECT_EQ_INT(v.n, 0);
+    run_one(e, submit_p(e, q, 70, 4, 9, 0, NULL), &res_b);
+    run_one(e, submit_p(e, q, 70, 4, 10, 0, "x"), &res_b);
+    run_one(e, submit_p(e, q, 70, 4, 10, 0, "y"), &res_b);
+    EXPECT(v.n >= 4);
+    uint8_t fp[16], ids[8][16];
+    inferd_engine_fingerprint(e, fp);
+    inferd_kv_block_ids(fp, 16, NULL, 0, p, 70, ids, 8);
+    struct inferd_engine_config cfg2 = cfg_of(64, 64, 8);
+    inferd_engine *f = engine_cfg(&cfg2);
+    int found = 0;
+    char err[256];
+    for (int i = 0; i < v.n; i++) {
+        EXPECT_EQ_INT(inferd_kv_import(f, v.frames[i], v.len, err, sizeof(err)), 0);
+        for (int k = 0; k < 4; k++)
+            found += memcmp(v.ids[i], ids[k], 16) == 0;
+        free(v.frames[i]);
+    }
+    EXPECT_EQ_INT(found, 4);
+    reference(p, 70, 4, 9, &ref_a);
+    run_one(f, submit_p(f, p, 70, 4, 9, 0, NULL), &res_b);
+    EXPECT_EQ_INT(res_b.n_cached, 64);
+    EXPECT(same_output(&res_b, &ref_a));
+    EXPECT(same_output(&res_a, &ref_a));
+    inferd_engine_free(e);
+    inferd_engine_free(f);
+}
+
+/* A held request computes nothing while another runs to its end; released,
+ * it gives what it gives unheld. Cancel works while held. */
+TEST(held_request_waits_and_changes_nothing)
+{
+    int32_t p[80], q[80];
+    prompt_of(p, 40, 40, 0);
+    prompt_of(q, 40, 0, 5);
+    struct inferd_engine_config cfg = cfg_of(64, 64, 8);
+    inferd_engine *e = engine_cfg(&cfg);
+    struct inferd_request r = {
+        .prompt = p, .n_prompt = 40, .max_tokens = 6, .ignore_eos = true, .hold = true};
+    inferd_sampling_default(&r.sampling);
+    r.sampling.seed = 4;
+    r.sampling.logprobs = true;
+    r.sampling.n_logprobs = 3;
+    uint64_t held = 0, gone = 0;
+    char err[256];
+    EXPECT_EQ_INT(inferd_submit(e, &r, &held, err, sizeof(err)), 0);
+    EXPECT_EQ_INT(inferd_submit(e, &r, &gone, err, sizeof(err)), 0);
+    struct inferd_stats st;
+    inferd_engine_stats(e, &st);
+    EXPECT_EQ_INT(st.n_loading, 2);
+    EXPECT_EQ_INT(st.n_waiting, 0);
+    run_one(e, submit_p(e, q, 40, 6, 4, 0, NULL), &res_b);
+    inferd_engine_stats(e, &st);
+    EXPECT_EQ_INT(st.n_loading, 2);
+    EXPECT_EQ_INT(st.n_running, 0);
+    EXPECT_EQ_INT(inferd_engine_step(e), 0); /* held: nothing to compute */
+    EXPECT_EQ_INT(inferd_cancel(e, gone), 0);
+    EXPECT_EQ_INT(inferd_kv_release_hold(e, gone), ERR_NOT_FOUND);
+    EXPECT_EQ_INT(inferd_kv_release_hold(e, held), 0);
+    run_one(e, held, &res_a);
+    reference(p, 40, 6, 4, &ref_a);
+    EXPECT(same_output(&res_a, &ref_a));
+    EXPECT_EQ_INT(inferd_kv_release_hold(e, 999999), ERR_NOT_FOUND);
+    inferd_engine_free(e);
+}
+
 TEST(load_cleanup)
 {
     inferd_model_free(model);

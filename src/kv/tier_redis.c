@@ -1,0 +1,318 @@
+/*
+ * tier_redis.c - the Redis tier (tier_redis.h).
+ */
+#include "kv/tier_redis.h"
+
+#include "base/check.h"
+#include "base/log.h"
+#include "base/timeutil.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct redis_tier {
+    struct kv_tier base;     /* first: the tier contract */
+    char host[256];          /* TCP host, or "" for a Unix socket */
+    int port;                /* TCP port */
+    char sock[1024];         /* Unix socket path */
+    int db;                  /* SELECT this database (0: none) */
+    char prefix[96];         /* key prefix: "inferd:kv:<fingerprint hex>:" */
+    redisContext *c;         /* the connection, or NULL while down */
+    double next_try;         /* monotonic seconds before which no reconnect is tried */
+    double backoff;          /* seconds until the next try after a failure */
+    bool logged_down;        /* the outage has been logged */
+    struct kv_tier_stats st; /* counters */
+    size_t frame_bytes;      /* kv_frame_bytes(layout) */
+    uint8_t *rec;            /* (KV_TIER_RECORD_HEADER + frame_bytes) record scratch */
+};
+
+static const struct timeval connect_timeout = {0, 100000}, command_timeout = {0, 250000};
+
+static void mark_down(struct redis_tier *t, const char *why)
+{
+    if (t->c) redisFree(t->c);
+    t->c = NULL;
+    t->backoff = t->backoff > 0 ? MIN(t->backoff * 2, 5.0) : 0.1;
+    t->next_try = time_now_s() + t->backoff;
+    t->st.writable = false;
+    if (!t->logged_down) {
+        log_warn("kv tier redis: %s: %s; misses until it is back (retrying with backoff)",
+                 t->sock[0] ? t->sock : t->host, why);
+        t->logged_down = true;
+    }
+}
+
+/* A live connection, or false (fast) while down and before the next try. */
+static bool connected(struct redis_tier *t)
+{
+    if (t->c) return true;
+    if (time_now_s() < t->next_try) return false;
+    redisContext *c = t->sock[0] ? redisConnectUnixWithTimeout(t->sock, connect_timeout)
+                                 : redisConnectWithTimeout(t->host, t->port, connect_timeout);
+    if (!c || c->err) {
+        char why[160];
+        snprintf(why, sizeof(why), "%s", c ? c->errstr : "out of memory");
+        if (c) redisFree(c);
+        mark_down(t, why);
+        return false;
+    }
+    redisSetTimeout(c, command_timeout);
+    t->c = c;
+    if (t->db > 0) {
+        redisReply *r = redisCommand(c, "SELECT %d", t->db);
+        bool ok = r && r->type == REDIS_REPLY_STATUS;
+        if (r) freeReplyObject(r);
+        if (!ok) {
+            mark_down(t, "SELECT failed");
+            return false;
+        }
+    }
+    t->backoff = 0;
+    t->st.writable = true;
+    if (t->logged_down) {
+        log_info("kv tier redis: %s: connected again", t->sock[0] ? t->sock : t->host);
+        t->logged_down = false;
+    }
+    return true;
+}
+
+/* One command; NULL when down or the connection broke (then marked down). */
+static redisReply *cmd(struct redis_tier *t, int argc, const char **argv, const size_t *len)
+{
+    if (!connected(t)) return NULL;
+    redisReply *r = redisCommandArgv(t->c, argc, argv, len);
+    if (!r) {
+        char why[160];
+        snprintf(why, sizeof(why), "%s", t->c->errstr[0] ? t->c->errstr : "connection lost");
+        mark_down(t, why);
+        return NULL;
+    }
+    return r;
+}
+
+static void key_of(const struct redis_tier *t, const uint8_t id[16], char *key, size_t n)
+{
+    char hex[33];
+    kv_tier_id_hex(id, hex);
+    snprintf(key, n, "%s%s", t->prefix, hex);
+}
+
+static void del(struct redis_tier *t, const char *key)
+{
+    const char *argv[] = {"DEL", key};
+    redisReply *r = cmd(t, 2, argv, NULL);
+    if (r) freeReplyObject(r);
+}
+
+/* Raises a held block's expiry (header and key) to expires. 1: raised or
+ * already later; 0: not held; -1: error. */
+static int raise_expiry(struct redis_tier *t, const char *key, int64_t expires, int64_t now)
+{
+    const char *ga[] = {"GETRANGE", key, "0", "55"};
+    redisReply *r = cmd(t, 4, ga, NULL);
+    if (!r) return -1;
+    struct kv_tier_record rec;
+    struct err_msg m = {{0}};
+    bool held = r->type == REDIS_REPLY_STRING && r->len == KV_TIER_RECORD_HEADER &&
+                kv_tier_record_decode((const uint8_t *)r->str, &rec, &m) == 0;
+    freeReplyObject(r);
+    if (!held) return 0;
+    if (rec.expires >= expires) return 1;
+    rec.expires = expires;
+    uint8_t hdr[KV_TIER_RECORD_HEADER];
+    kv_tier_record_encode(&rec, hdr);
+    const char *sa[] = {"SETRANGE", key, "0", (const char *)hdr};
+    size_t sl[] = {8, strlen(key), 1, sizeof(hdr)};
+    if ((r = cmd(t, 4, sa, sl))) freeReplyObject(r);
+    char ms[32];
+    snprintf(ms, sizeof(ms), "%lld", (long long)(expires - now) * 1000);
+    const char *pa[] = {"PEXPIRE", key, ms, "GT"};
+    if ((r = cmd(t, 4, pa, NULL))) freeReplyObject(r);
+    return 1;
+}
+
+static int redis_put(struct kv_tier *base, const uint8_t id[16], const void *frame, size_t len,
+                     int64_t expires, int64_t now)
+{
+    struct redis_tier *t = (struct redis_tier *)base;
+    if (len != t->frame_bytes || expires <= now) return ERR_INVALID;
+    if (!connected(t)) {
+        t->st.put_errors++;
+        return ERR_UNAVAILABLE;
+    }
+    char key[160];
+    key_of(t, id, key, sizeof(key));
+    struct kv_tier_record rec = {.expires = expires, .stored = now, .frame_len = len};
+    memcpy(rec.id, id, 16);
+    kv_tier_record_encode(&rec, t->rec);
+    memcpy(t->rec + KV_TIER_RECORD_HEADER, frame, len);
+    char ms[32];
+    snprintf(ms, sizeof(ms), "%lld", (long long)(expires - now) * 1000);
+    const char *argv[] = {"SET", key, (const char *)t->rec, "PX", ms, "NX"};
+    size_t argl[] = {3, strlen(key), KV_TIER_RECORD_HEADER + len, 2, strlen(ms), 2};
+    redisReply *r = cmd(t, 6, argv, argl);
+    if (!r) {
+        t->st.put_errors++;
+        return ERR_UNAVAILABLE;
+    }
+    int rc = 0;
+    if (r->type == REDIS_REPLY_STATUS) {
+        t->st.puts++;
+        t->st.bytes_written += KV_TIER_RECORD_HEADER + len;
+        t->st.used_bytes += KV_TIER_RECORD_HEADER + len;
+        t->st.n_blocks++;
+    } else if (r->type == REDIS_REPLY_NIL) {
+        freeReplyObject(r);
+        return raise_expiry(t, key, expires, now) < 0 ? ERR_UNAVAILABLE : 0;
+    } else {
+        /* e.g. OOM under maxmemory noeviction */
+        t->st.put_errors++;
+        rc = ERR_UNAVAILABLE;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+static ssize_t redis_get(struct kv_tier *base, const uint8_t id[16], void *buf, size_t cap,
+                         int64_t now)
+{
+    struct redis_tier *t = (struct redis_tier *)base;
+    double t0 = time_now_s();
+    char key[160];
+    key_of(t, id, key, sizeof(key));
+    const char *argv[] = {"GET", key};
+    redisReply *r = cmd(t, 2, argv, NULL);
+    if (!r) {
+        t->st.misses++;
+        return 0;
+    }
+    if (r->type != REDIS_REPLY_STRING) {
+        freeReplyObject(r);
+        t->st.misses++;
+        return 0;
+    }
+    struct kv_tier_record rec;
+    struct err_msg m = {{0}};
+    const uint8_t *v = (const uint8_t *)r->str;
+    bool sound = r->len >= KV_TIER_RECORD_HEADER && kv_tier_record_decode(v, &rec, &m) == 0 &&
+                 memcmp(rec.id, id, 16) == 0 && rec.frame_len == r->len - KV_TIER_RECORD_HEADER &&
+                 rec.frame_len <= cap &&
+                 kv_frame_check(&t->base.layout, v + KV_TIER_RECORD_HEADER, rec.frame_len, id, NULL,
+                                &m) == 0;
+    if (!sound) {
+        freeReplyObject(r);
+        t->st.corrupt++;
+        t->st.misses++;
+        del(t, key);
+        return 0;
+    }
+    if (rec.expires <= now) {
+        freeReplyObject(r);
+        t->st.expirations++;
+        t->st.misses++;
+        del(t, key);
+        return 0;
+    }
+    memcpy(buf, v + KV_TIER_RECORD_HEADER, rec.frame_len);
+    ssize_t n = (ssize_t)rec.frame_len;
+    freeReplyObject(r);
+    t->st.hits++;
+    t->st.bytes_read += (uint64_t)n;
+    kv_tier_stats_add_latency(&t->st, (time_now_s() - t0) * 1e3);
+    return n;
+}
+
+static bool redis_has(struct kv_tier *base, const uint8_t id[16], int64_t now)
+{
+    struct redis_tier *t = (struct redis_tier *)base;
+    (void)now;
+    char key[160];
+    key_of(t, id, key, sizeof(key));
+    const char *argv[] = {"EXISTS", key};
+    redisReply *r = cmd(t, 2, argv, NULL);
+    bool yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    if (r) freeReplyObject(r);
+    return yes;
+}
+
+static int redis_touch(struct kv_tier *base, const uint8_t id[16], int64_t expires, int64_t now)
+{
+    struct redis_tier *t = (struct redis_tier *)base;
+    if (expires <= now) return 0;
+    char key[160];
+    key_of(t, id, key, sizeof(key));
+    int rc = raise_expiry(t, key, expires, now);
+    return rc < 0 ? ERR_UNAVAILABLE : rc == 0 ? ERR_NOT_FOUND : 0;
+}
+
+static void redis_stats(struct kv_tier *base, struct kv_tier_stats *out)
+{
+    struct redis_tier *t = (struct redis_tier *)base;
+    /* a down server is seen as such once its retry time has come */
+    if (!t->c && time_now_s() >= t->next_try) connected(t);
+    *out = t->st;
+}
+
+static void redis_close(struct kv_tier *base)
+{
+    struct redis_tier *t = (struct redis_tier *)base;
+    if (t->c) redisFree(t->c);
+    free(t->rec);
+    free(t);
+}
+
+static const struct kv_tier_ops redis_ops = {.put = redis_put,
+                                             .get = redis_get,
+                                             .has = redis_has,
+                                             .touch = redis_touch,
+                                             .stats = redis_stats,
+                                             .close = redis_close};
+
+int kv_tier_redis_open(const char *url, const struct kv_frame_layout *l, uint64_t capacity_bytes,
+                       int64_t now, struct kv_tier **out, struct err_msg *msg)
+{
+    (void)now;
+    struct redis_tier *t = xcalloc(1, sizeof(*t));
+    if (!strncmp(url, "unix:", 5)) {
+        if (url[5] != '/' || strlen(url + 5) >= sizeof(t->sock)) {
+            free(t);
+            return err_set(msg, ERR_INVALID, "redis tier '%s': expected unix:/ABSOLUTE/PATH", url);
+        }
+        snprintf(t->sock, sizeof(t->sock), "%s", url + 5);
+    } else if (!strncmp(url, "redis://", 8)) {
+        const char *hp = url + 8, *colon = strrchr(hp, ':');
+        char *end;
+        long port = colon ? strtol(colon + 1, &end, 10) : 0;
+        long db = 0;
+        if (colon && *end == '/') db = strtol(end + 1, &end, 10);
+        if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof(t->host) || port < 1 ||
+            port > 65535 || *end || db < 0) {
+            free(t);
+            return err_set(msg, ERR_INVALID, "redis tier '%s': expected redis://HOST:PORT[/DB]",
+                           url);
+        }
+        memcpy(t->host, hp, (size_t)(colon - hp));
+        t->port = (int)port;
+        t->db = (int)db;
+    } else {
+        free(t);
+        return err_set(msg, ERR_INVALID,
+                       "redis tier '%s': expected redis://HOST:PORT[/DB] or unix:/PATH", url);
+    }
+    t->base.ops = &redis_ops;
+    t->base.kind = KV_TIER_REDIS;
+    snprintf(t->base.name, sizeof(t->base.name), "redis");
+    t->base.layout = *l;
+    char fp[33];
+    kv_tier_id_hex(l->fingerprint, fp);
+    snprintf(t->prefix, sizeof(t->prefix), "inferd:kv:%s:", fp);
+    t->frame_bytes = kv_frame_bytes(l);
+    t->rec = xmalloc(KV_TIER_RECORD_HEADER + t->frame_bytes);
+    t->st.capacity_bytes = capacity_bytes;
+    t->st.writable = true;
+    connected(t); /* a first try now; down is fine */
+    *out = &t->base;
+    return 0;
+}
