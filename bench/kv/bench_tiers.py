@@ -33,6 +33,7 @@ ap.add_argument("--prompt", type=int, default=4000)
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--rounds", type=int, default=3)
 ap.add_argument("--decode-tokens", type=int, default=128)
+ap.add_argument("--only", choices=["ttft", "decode"], help="run one of the two parts")
 args = ap.parse_args()
 
 work = tempfile.mkdtemp(prefix="inferd-kvbench.")
@@ -120,7 +121,7 @@ def last_load_ms(name):
 def frame_bytes_of(dirpath):
     for root, _, files in os.walk(dirpath):
         for f in files:
-            if not f.startswith("."):
+            if len(f) == 32 and all(c in "0123456789abcdef" for c in f):
                 return os.path.getsize(os.path.join(root, f))
     return 0
 
@@ -188,7 +189,7 @@ for _ in range(100):
         break
     time.sleep(0.05)
 
-for r in range(args.rounds):
+for r in range(args.rounds if args.only != "decode" else 0):
     seed = 1000 + r * 10  # a prompt no earlier round used
     # (f) recompute, then (a) the engine pool
     p, port = start("none", ["none"])
@@ -242,7 +243,7 @@ for r in range(args.rounds):
 
 # Decode with write-through to the disk tier on and off, alternating.
 dec = {"off": [], "disk": []}
-for r in range(args.rounds):
+for r in range(args.rounds if args.only != "ttft" else 0):
     for mode in (["off", "disk"] if r % 2 == 0 else ["disk", "off"]):
         tiers = ["none"] if mode == "off" else [f"disk:{os.path.join(work, 'dec')}:8GiB"]
         p, port = start("dec-" + mode, tiers)
@@ -265,6 +266,11 @@ for r in range(args.rounds):
         shutil.rmtree(os.path.join(work, "dec"), ignore_errors=True)
 
 med = statistics.median
+if args.only == "decode":
+    print(f"decode tok/s: tiers off {dec['off']}, disk write-through {dec['disk']}: "
+          f"{100 * med(dec['disk']) / med(dec['off']):.1f} %")
+    cleanup()
+    sys.exit(0)
 rc = med(results["recompute"])
 print("\ncase        TTFT s (median, min-max)   % of recompute   load ms   blocks   bytes/bw ms   load / (bytes/bw)")
 for k in ["recompute", "pool", "ram", "disk", "shared", "redis"]:
@@ -277,6 +283,9 @@ for k in ["recompute", "pool", "ram", "disk", "shared", "redis"]:
         line += f"   {ms:8.1f}   {blocks:6.0f}   {ideal:8.1f} ({med(bw[k]):.2f} GB/s)   " \
                 f"{ms / ideal if ideal else 0:.2f}x"
     print(line)
+if args.only == "ttft":
+    cleanup()
+    sys.exit(0)
 print(f"\ndecode tok/s: tiers off {med(dec['off']):.2f} ({min(dec['off']):.2f}-{max(dec['off']):.2f}), "
       f"disk write-through {med(dec['disk']):.2f} ({min(dec['disk']):.2f}-{max(dec['disk']):.2f}): "
       f"{100 * med(dec['disk']) / med(dec['off']):.1f} %")

@@ -396,7 +396,7 @@ int kv_tier_disk_open(const char *dir, const struct kv_frame_layout *l, uint64_t
     struct rebuild b = {.d = d};
     rc = kv_tier_dir_scan(d->io, dir, l, now, rebuild_file, &b, msg);
     if (rc) goto err_free_found;
-    qsort(b.v, b.n, sizeof(*b.v), by_mtime);
+    if (b.n) qsort(b.v, b.n, sizeof(*b.v), by_mtime);
     for (size_t i = 0; i < b.n; i++)
         kv_tier_index_add(&d->ix, b.v[i].id, d->rec_bytes, b.v[i].stored, b.v[i].expires);
     free(b.v);
