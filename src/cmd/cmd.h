@@ -20,5 +20,7 @@ int cmd_model_make(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_sim(int argc, char **argv);
+int cmd_kv(int argc, char **argv);
 
 #endif

@@ -44,6 +44,33 @@ static int add_tier(void *dst, const char *spelling, const char *val, struct err
     return kv_tier_spec_parse(val, &c->kv_tiers[c->n_kv_tiers++], m);
 }
 
+/* --kv-evict / --kv-admit: policies of the RAM and disk tiers. */
+static int set_evict(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    (void)spelling;
+    if (kv_evict_policy_parse(val, &((struct serve_config *)dst)->kv_policy.evict))
+        return err_set(m, ERR_INVALID, "--kv-evict '%s': expected slru or lru", val);
+    return 0;
+}
+
+static int set_admit(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    (void)spelling;
+    struct serve_config *c = dst;
+    if (!strncmp(val, "prompt:", 7)) {
+        char *end;
+        long n = strtol(val + 7, &end, 10);
+        if (end == val + 7 || *end || n < 1 || n > 1 << 20)
+            return err_set(m, ERR_INVALID, "--kv-admit '%s': expected prompt:N, N >= 1 blocks",
+                           val);
+        c->kv_admit_prompt_blocks = (int)n;
+        return 0;
+    }
+    if (kv_admit_policy_parse(val, &c->kv_policy.admit))
+        return err_set(m, ERR_INVALID, "--kv-admit '%s': expected all, seen or prompt:N", val);
+    return 0;
+}
+
 static int set_ttl(void *dst, const char *spelling, const char *val, struct err_msg *m)
 {
     (void)spelling;
@@ -192,6 +219,15 @@ int cmd_serve(int argc, char **argv)
                      "redis://HOST:PORT[/DB], redis+unix:///PATH; none: no\n"
                      "tiers (default: disk:DATA-DIR/kv, sized to fit)",
                      add_tier, &c),
+        CMD_OPT_CALL("kv-evict", 0, "POLICY",
+                     "eviction in the RAM and disk tiers: slru (default:\n"
+                     "blocks used twice outlive one-off ones) or lru",
+                     set_evict, &c),
+        CMD_OPT_CALL("kv-admit", 0, "POLICY",
+                     "which blocks the slower tiers take: all (default),\n"
+                     "seen (a block offered before), prompt:N (blocks of\n"
+                     "prompts of N blocks or more); repeatable",
+                     set_admit, &c),
         CMD_OPT_CALL("kv-ttl", 0, "CLASS=DUR",
                      "time to live of a traffic class's KV blocks\n"
                      "(defaults agent=3d, chat=7d; units s, m, h, d)",

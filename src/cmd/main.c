@@ -24,6 +24,8 @@ static void usage(FILE *out)
             "  tokenize      text -> token ids with a model's tokenizer\n"
             "  template      print the prompt a model's chat template makes of a chat\n"
             "  grammar       structured output: check a grammar, generate under one, bench masks\n"
+            "  sim cache     KV tier eviction policies replayed over request traces\n"
+            "  kv            inspect and repair a disk or shared KV tier directory\n"
             "\n"
             "run 'inferd <command> --help' for a command's options.\n");
 }
@@ -49,6 +51,8 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "grammar")) return cmd_grammar(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench-engine")) return cmd_bench_engine(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sim")) return cmd_sim(argc - 1, argv + 1);
+    if (!strcmp(cmd, "kv")) return cmd_kv(argc - 1, argv + 1);
     /* hidden: the scripted server bench's tests run against (docs/bench.md) */
     if (!strcmp(cmd, "bench-mock")) return cmd_bench_mock(argc - 1, argv + 1);
     if (!strcmp(cmd, "model")) {

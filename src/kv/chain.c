@@ -24,6 +24,8 @@ struct put_job {
     int64_t expires;      /* unix seconds */
     bool evicting;        /* from the pre-eviction hook: write-back tiers */
     int prompt_blocks;    /* for admission */
+    bool has_parent;      /* parent is set */
+    uint8_t parent[16];   /* the block before it in its prompt */
     size_t len;           /* frame bytes */
     uint8_t frame[];      /* (len) */
 };
@@ -125,7 +127,8 @@ static void run_put(struct kv_chain *c, struct put_job *j)
     for (int i = 0; i < c->n_tiers; i++) {
         struct chain_tier *t = &c->tiers[i];
         if (t->cfg.write != want || j->prompt_blocks < t->cfg.min_prompt_blocks) continue;
-        t->tier->ops->put(t->tier, j->id, j->frame, j->len, j->expires, now);
+        t->tier->ops->put(t->tier, j->id, j->frame, j->len, j->expires, now,
+                          j->has_parent ? j->parent : NULL);
     }
 }
 
@@ -149,7 +152,7 @@ static void run_load(struct kv_chain *c, struct load_job *j)
             if (n != (ssize_t)c->frame_bytes) continue; /* a miss after all: next tier */
             double ms = (time_now_s() - t0) * 1e3;
             t->ms_per_block = t->ms_per_block > 0 ? 0.9 * t->ms_per_block + 0.1 * ms : ms;
-            t->tier->ops->touch(t->tier, j->ids[b], j->expires, now);
+            t->tier->ops->touch(t->tier, j->ids[b], j->expires, now, b ? j->ids[b - 1] : NULL);
             served = i;
         }
         if (served < 0) break;
@@ -249,7 +252,7 @@ void kv_chain_free(struct kv_chain *c)
 }
 
 bool kv_chain_put(struct kv_chain *c, const uint8_t id[16], const void *frame, size_t len,
-                  int64_t expires, bool evicting, int prompt_blocks)
+                  int64_t expires, bool evicting, int prompt_blocks, const uint8_t *parent)
 {
     const enum kv_write_policy want = evicting ? KV_WRITE_BACK : KV_WRITE_THROUGH;
     bool wanted = false;
@@ -270,6 +273,8 @@ bool kv_chain_put(struct kv_chain *c, const uint8_t id[16], const void *frame, s
     j->expires = expires;
     j->evicting = evicting;
     j->prompt_blocks = prompt_blocks;
+    j->has_parent = parent != NULL;
+    if (parent) memcpy(j->parent, parent, 16);
     j->len = len;
     j->next = NULL;
     memcpy(j->frame, frame, len);

@@ -111,10 +111,12 @@ int64_t kv_chain_now(const struct kv_chain *c);
 
 /* Queues a copy of a frame for the tiers whose write policy matches
  * (evicting: write-back tiers; else write-through ones) and whose admission
- * takes a prompt of prompt_blocks blocks. expires: unix seconds. Returns
- * false if dropped (queue full) or no tier wanted it. */
+ * takes a prompt of prompt_blocks blocks. expires: unix seconds. parent: the
+ * block before it in its prompt (NULL: none known), the tiers'
+ * eviction-order hint (kv_tier_ops.put). Returns false if dropped (queue full) or no tier
+ * wanted it. */
 bool kv_chain_put(struct kv_chain *c, const uint8_t id[16], const void *frame, size_t len,
-                  int64_t expires, bool evicting, int prompt_blocks);
+                  int64_t expires, bool evicting, int prompt_blocks, const uint8_t *parent);
 /* Queues a load of ids[0..n) under tag; a hit raises the block's expiry to
  * at least `expires` in the tier that served it. recompute_ms_per_block: see
  * the cost rule (<= 0: no limit). */

@@ -24,13 +24,15 @@
 
 #include "base/err.h"
 #include "kv/tier.h"
+#include "kv/tier_index.h"
 
 #include <stdint.h>
 
 struct kv_tier_spec {
-    enum kv_tier_kind kind; /* which tier */
-    char path[1024];        /* disk, shared: the directory; redis: the URL for the tier */
-    uint64_t bytes;         /* capacity (0 for disk: fit the disk; 0 for redis: unbounded) */
+    enum kv_tier_kind kind;       /* which tier */
+    char path[1024];              /* disk, shared: the directory; redis: the URL for the tier */
+    uint64_t bytes;               /* capacity (0 for disk: fit the disk; 0 for redis: unbounded) */
+    struct kv_tier_policy policy; /* ram, disk: eviction and admission (tier_index.h) */
 };
 
 /* Parses one --kv-tier value. Returns 0 or ERR_INVALID with a message that

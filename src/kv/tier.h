@@ -70,6 +70,7 @@ struct kv_tier_stats {
     uint64_t bytes_written; /* record bytes written by puts */
     uint64_t puts;          /* frames stored */
     uint64_t put_errors;    /* puts that failed (full, unwritable, down) */
+    uint64_t not_admitted;  /* puts the admission policy turned down (tier_index.h) */
     uint64_t evictions;     /* blocks dropped to make room (capacity) */
     uint64_t expirations;   /* blocks dropped or missed because their TTL passed */
     uint64_t corrupt;       /* records dropped as torn, corrupt, foreign or mislabelled */
@@ -87,10 +88,12 @@ struct kv_tier_ops {
     /* Stores frame (len bytes, already a valid frame of the tier's layout)
      * under id with the given expiry. A block already held only has its
      * expiry raised to max(old, expires). May evict others to make room
-     * (policy: kv/policy.h). Returns 0, or a negative code (the block is
-     * then not stored). */
+     * (policy: kv/tier_index.h). parent: the id of the block before it in
+     * its prompt (NULL: the first, or unknown), a hint for the eviction
+     * order (a prompt's later blocks go before its earlier ones). Returns
+     * 0, or a negative code (the block is then not stored). */
     int (*put)(struct kv_tier *t, const uint8_t id[16], const void *frame, size_t len,
-               int64_t expires, int64_t now);
+               int64_t expires, int64_t now, const uint8_t *parent);
     /* Copies the verified frame of id into buf (cap >= the layout's frame
      * bytes). Returns the frame length, 0 on a miss (absent, expired,
      * corrupt: counted), or a negative code for an error (also a miss for
@@ -99,9 +102,11 @@ struct kv_tier_ops {
     /* Whether id is held and unexpired, without reading the frame (the
      * index or a metadata probe). May be optimistic: a get can still miss. */
     bool (*has)(struct kv_tier *t, const uint8_t id[16], int64_t now);
-    /* Raises the expiry of a held block to max(old, expires); 0 or a
-     * negative code (ERR_NOT_FOUND when not held). */
-    int (*touch)(struct kv_tier *t, const uint8_t id[16], int64_t expires, int64_t now);
+    /* Raises the expiry of a held block to max(old, expires) and counts it
+     * used for the eviction order, parent as for put; 0 or a negative code
+     * (ERR_NOT_FOUND when not held). */
+    int (*touch)(struct kv_tier *t, const uint8_t id[16], int64_t expires, int64_t now,
+                 const uint8_t *parent);
     void (*stats)(struct kv_tier *t, struct kv_tier_stats *out);
     /* Closes and frees t; held blocks persist where the medium does. */
     void (*close)(struct kv_tier *t);

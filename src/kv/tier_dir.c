@@ -138,7 +138,7 @@ static bool is_hex_lower(const char *s, size_t n)
 static bool is_temp_name(const char *name)
 {
     size_t n = strlen(name);
-    return n > 37 && name[0] == '.' && is_hex_lower(name + 1, 32) && name[33] == '.' &&
+    return n >= 37 && name[0] == '.' && is_hex_lower(name + 1, 32) && name[33] == '.' &&
            strcmp(name + n - 4, ".tmp") == 0;
 }
 

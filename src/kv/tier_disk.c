@@ -81,19 +81,30 @@ static void set_writable(struct disk_tier *d, bool ok, int err, int64_t now)
                  err_str(err), KV_TIER_RETRY_S);
 }
 
-/* Removes e's file and entry; counted as corrupt, expiration or eviction. */
-static void drop(struct disk_tier *d, struct kv_tier_entry *e, int64_t now, bool corrupt)
+/* Removes e's file and entry; counted as corrupt, expiration or eviction.
+ * 0, or -errno when the file could not be removed (an unwritable
+ * directory): a corrupt or expired entry leaves the index anyway (it is
+ * never served; the file is left to the next start or `inferd kv gc`), a
+ * sound one stays, still served, since its bytes still take the space. */
+static int drop(struct disk_tier *d, struct kv_tier_entry *e, int64_t now, bool corrupt)
 {
+    bool dead = corrupt || e->expires < now;
+    char path[PATH_MAX];
+    kv_tier_dir_path(d->dir, e->id, path);
+    int rc = unlink(path) == 0 || errno == ENOENT ? 0 : -errno;
+    if (rc && !dead) return rc;
+    if (!rc) d->retry_at = 0; /* space freed: an unwritable tier may try again */
     if (corrupt)
         d->st.corrupt++;
     else if (e->expires < now)
         d->st.expirations++;
     else
         d->st.evictions++;
-    char path[PATH_MAX];
-    kv_tier_dir_path(d->dir, e->id, path);
-    if (unlink(path) == 0) d->retry_at = 0; /* space freed: an unwritable tier may try again */
-    kv_tier_index_remove(&d->ix, e);
+    if (dead)
+        kv_tier_index_remove(&d->ix, e);
+    else
+        kv_tier_index_evict(&d->ix, e);
+    return rc;
 }
 
 static int ensure_sub(struct disk_tier *d, const uint8_t id[16])
@@ -136,7 +147,7 @@ static int write_record(struct disk_tier *d, const uint8_t id[16], const void *f
 }
 
 static int disk_put(struct kv_tier *t, const uint8_t id[16], const void *frame, size_t len,
-                    int64_t expires, int64_t now)
+                    int64_t expires, int64_t now, const uint8_t *parent)
 {
     struct disk_tier *d = disk_of(t);
     struct err_msg m;
@@ -147,6 +158,7 @@ static int disk_put(struct kv_tier *t, const uint8_t id[16], const void *frame, 
     struct kv_tier_entry *e = kv_tier_index_find(&d->ix, id);
     if (e && e->expires >= now) {
         kv_tier_index_used(&d->ix, e);
+        kv_tier_index_chain(&d->ix, e, parent);
         if (expires <= e->expires) return 0;
         char path[PATH_MAX];
         kv_tier_dir_path(d->dir, id, path);
@@ -154,6 +166,11 @@ static int disk_put(struct kv_tier *t, const uint8_t id[16], const void *frame, 
         if (rc == 0) {
             e->expires = expires;
             return 0;
+        }
+        if (rc != ERR_NOT_FOUND && rc != ERR_FORMAT) { /* cannot write: the block stays */
+            d->st.put_errors++;
+            set_writable(d, false, rc, now);
+            return rc;
         }
         /* the file is gone or unsound: write it again below */
         drop(d, e, now, rc == ERR_FORMAT);
@@ -168,10 +185,25 @@ static int disk_put(struct kv_tier *t, const uint8_t id[16], const void *frame, 
         d->st.put_errors++;
         return ERR_TOO_LARGE;
     }
+    if (!kv_tier_index_admit(&d->ix, id)) {
+        d->st.not_admitted++;
+        return 0;
+    }
     uint64_t limit = d->st.capacity_bytes;
     if (d->fit_bytes && d->fit_bytes < limit) limit = d->fit_bytes;
-    while (d->ix.n && d->ix.used + d->rec_bytes > limit)
-        drop(d, kv_tier_index_victim(&d->ix, now), now, false);
+    while (d->ix.n && d->ix.used + d->rec_bytes > limit) {
+        struct kv_tier_entry *v = kv_tier_index_victim_for(&d->ix, now, id, parent);
+        if (!v) {
+            d->st.not_admitted++;
+            return 0;
+        }
+        int rc = drop(d, v, now, false);
+        if (rc) { /* no room can be made: the directory turned unwritable */
+            d->st.put_errors++;
+            set_writable(d, false, rc, now);
+            return rc;
+        }
+    }
     struct kv_tier_record r = {.expires = expires, .stored = now, .frame_len = d->frame_bytes};
     memcpy(r.id, id, 16);
     int rc = write_record(d, id, frame, &r);
@@ -183,14 +215,14 @@ static int disk_put(struct kv_tier *t, const uint8_t id[16], const void *frame, 
         if ((rc == -ENOSPC || rc == -EDQUOT) && d->ix.used &&
             (!d->fit_bytes || d->ix.used < d->fit_bytes)) {
             d->fit_bytes = d->ix.used;
-            log_warn("kv tier disk '%s': the filesystem is full; the tier keeps to %llu MiB",
-                     d->dir, (unsigned long long)(d->fit_bytes >> 20));
+            log_warn("kv tier disk '%s': the filesystem is full; the tier keeps to %llu KiB",
+                     d->dir, (unsigned long long)(d->fit_bytes >> 10));
         }
         set_writable(d, false, rc, now);
         return rc;
     }
     set_writable(d, true, 0, now);
-    kv_tier_index_add(&d->ix, id, d->rec_bytes, now, expires);
+    kv_tier_index_chain(&d->ix, kv_tier_index_add(&d->ix, id, d->rec_bytes, now, expires), parent);
     d->st.puts++;
     d->st.bytes_written += d->rec_bytes;
     return 0;
@@ -245,11 +277,14 @@ static bool disk_has(struct kv_tier *t, const uint8_t id[16], int64_t now)
     return e && e->expires >= now;
 }
 
-static int disk_touch(struct kv_tier *t, const uint8_t id[16], int64_t expires, int64_t now)
+static int disk_touch(struct kv_tier *t, const uint8_t id[16], int64_t expires, int64_t now,
+                      const uint8_t *parent)
 {
     struct disk_tier *d = disk_of(t);
     struct kv_tier_entry *e = kv_tier_index_find(&d->ix, id);
     if (!e || e->expires < now) return ERR_NOT_FOUND;
+    kv_tier_index_used(&d->ix, e);
+    kv_tier_index_chain(&d->ix, e, parent);
     if (expires <= e->expires) return 0;
     char path[PATH_MAX];
     kv_tier_dir_path(d->dir, id, path);
@@ -373,7 +408,8 @@ static int take_lock(struct disk_tier *d, struct err_msg *msg)
 }
 
 int kv_tier_disk_open(const char *dir, const struct kv_frame_layout *l, uint64_t capacity_bytes,
-                      int64_t now, struct kv_tier **out, struct err_msg *msg)
+                      const struct kv_tier_policy *policy, int64_t now, struct kv_tier **out,
+                      struct err_msg *msg)
 {
     if (!l->n_layer || !l->layer_bytes)
         return err_set(msg, ERR_INVALID, "kv tier disk: empty frame layout");
@@ -389,6 +425,7 @@ int kv_tier_disk_open(const char *dir, const struct kv_frame_layout *l, uint64_t
     d->frame_bytes = kv_frame_bytes(l);
     d->rec_bytes = KV_TIER_RECORD_HEADER + d->frame_bytes;
     d->st.writable = true;
+    kv_tier_index_init(&d->ix, policy);
     rc = take_lock(d, msg);
     if (rc) goto err_free;
     d->io = kv_tier_io_new();
@@ -409,8 +446,9 @@ int kv_tier_disk_open(const char *dir, const struct kv_frame_layout *l, uint64_t
         capacity_bytes = d->ix.used + avail / 2;
     }
     d->st.capacity_bytes = capacity_bytes;
+    kv_tier_index_set_capacity(&d->ix, capacity_bytes, d->rec_bytes, KV_TIER_PROTECT_SHARE);
     while (d->ix.used > capacity_bytes)
-        drop(d, kv_tier_index_victim(&d->ix, now), now, false);
+        if (drop(d, kv_tier_index_victim(&d->ix, now), now, false)) break;
     if (access(dir, W_OK)) set_writable(d, false, -errno, now);
     log_info("kv tier disk '%s': %zu blocks indexed (%llu of %llu MiB); removed %llu corrupt, "
              "%llu expired, %llu temporary files; %s",

@@ -11,9 +11,9 @@ int kv_tier_open(const struct kv_tier_spec *s, const struct kv_frame_layout *l, 
 {
     switch (s->kind) {
     case KV_TIER_RAM:
-        return kv_tier_ram_open(l, s->bytes, out, msg);
+        return kv_tier_ram_open(l, s->bytes, &s->policy, out, msg);
     case KV_TIER_DISK:
-        return kv_tier_disk_open(s->path, l, s->bytes, now, out, msg);
+        return kv_tier_disk_open(s->path, l, s->bytes, &s->policy, now, out, msg);
     case KV_TIER_SHARED:
         return kv_tier_shared_open(s->path, l, s->bytes, now, out, msg);
     case KV_TIER_REDIS:

@@ -49,11 +49,14 @@ static void drop(struct ram_tier *r, struct kv_tier_entry *e, int64_t now, bool 
     else
         r->st.evictions++;
     free(e->data);
-    kv_tier_index_remove(&r->ix, e);
+    if (corrupt || e->expires < now)
+        kv_tier_index_remove(&r->ix, e);
+    else
+        kv_tier_index_evict(&r->ix, e);
 }
 
 static int ram_put(struct kv_tier *t, const uint8_t id[16], const void *frame, size_t len,
-                   int64_t expires, int64_t now)
+                   int64_t expires, int64_t now, const uint8_t *parent)
 {
     struct ram_tier *r = ram_of(t);
     struct err_msg m;
@@ -65,14 +68,25 @@ static int ram_put(struct kv_tier *t, const uint8_t id[16], const void *frame, s
     if (e) {
         if (expires > e->expires) e->expires = expires;
         kv_tier_index_used(&r->ix, e);
+        kv_tier_index_chain(&r->ix, e, parent);
         return 0;
     }
     if (len > r->st.capacity_bytes) {
         r->st.put_errors++;
         return ERR_TOO_LARGE;
     }
-    while (r->ix.used + len > r->st.capacity_bytes)
-        drop(r, kv_tier_index_victim(&r->ix, now), now, false);
+    if (!kv_tier_index_admit(&r->ix, id)) {
+        r->st.not_admitted++;
+        return 0;
+    }
+    while (r->ix.used + len > r->st.capacity_bytes) {
+        struct kv_tier_entry *v = kv_tier_index_victim_for(&r->ix, now, id, parent);
+        if (!v) {
+            r->st.not_admitted++;
+            return 0;
+        }
+        drop(r, v, now, false);
+    }
     void *copy = malloc(len);
     if (!copy) {
         r->st.put_errors++;
@@ -80,6 +94,7 @@ static int ram_put(struct kv_tier *t, const uint8_t id[16], const void *frame, s
     }
     memcpy(copy, frame, len);
     e = kv_tier_index_add(&r->ix, id, len, now, expires);
+    kv_tier_index_chain(&r->ix, e, parent);
     e->data = copy;
     r->st.puts++;
     r->st.bytes_written += len;
@@ -119,11 +134,14 @@ static bool ram_has(struct kv_tier *t, const uint8_t id[16], int64_t now)
     return e && e->expires >= now;
 }
 
-static int ram_touch(struct kv_tier *t, const uint8_t id[16], int64_t expires, int64_t now)
+static int ram_touch(struct kv_tier *t, const uint8_t id[16], int64_t expires, int64_t now,
+                     const uint8_t *parent)
 {
     struct kv_tier_entry *e = kv_tier_index_find(&ram_of(t)->ix, id);
     if (!e || e->expires < now) return ERR_NOT_FOUND;
     if (expires > e->expires) e->expires = expires;
+    kv_tier_index_used(&ram_of(t)->ix, e);
+    kv_tier_index_chain(&ram_of(t)->ix, e, parent);
     return 0;
 }
 
@@ -151,8 +169,8 @@ static const struct kv_tier_ops ram_ops = {
     .close = ram_close,
 };
 
-int kv_tier_ram_open(const struct kv_frame_layout *l, uint64_t capacity_bytes, struct kv_tier **out,
-                     struct err_msg *msg)
+int kv_tier_ram_open(const struct kv_frame_layout *l, uint64_t capacity_bytes,
+                     const struct kv_tier_policy *policy, struct kv_tier **out, struct err_msg *msg)
 {
     if (!l->n_layer || !l->layer_bytes)
         return err_set(msg, ERR_INVALID, "kv tier ram: empty frame layout");
@@ -163,6 +181,8 @@ int kv_tier_ram_open(const struct kv_frame_layout *l, uint64_t capacity_bytes, s
     r->frame_bytes = kv_frame_bytes(l);
     r->st.capacity_bytes = capacity_bytes;
     r->st.writable = true;
+    kv_tier_index_init(&r->ix, policy);
+    kv_tier_index_set_capacity(&r->ix, capacity_bytes, r->frame_bytes, KV_TIER_PROTECT_SHARE);
     *out = &r->base;
     return 0;
 }

@@ -134,8 +134,9 @@ static int raise_expiry(struct redis_tier *t, const char *key, int64_t expires, 
 }
 
 static int redis_put(struct kv_tier *base, const uint8_t id[16], const void *frame, size_t len,
-                     int64_t expires, int64_t now)
+                     int64_t expires, int64_t now, const uint8_t *parent)
 {
+    (void)parent; /* no eviction order of its own: expiry and gc (shared), Redis's own (redis) */
     struct redis_tier *t = (struct redis_tier *)base;
     if (len != t->frame_bytes || expires <= now) return ERR_INVALID;
     if (!connected(t)) {
@@ -237,8 +238,10 @@ static bool redis_has(struct kv_tier *base, const uint8_t id[16], int64_t now)
     return yes;
 }
 
-static int redis_touch(struct kv_tier *base, const uint8_t id[16], int64_t expires, int64_t now)
+static int redis_touch(struct kv_tier *base, const uint8_t id[16], int64_t expires, int64_t now,
+                       const uint8_t *parent)
 {
+    (void)parent;
     struct redis_tier *t = (struct redis_tier *)base;
     if (expires <= now) return 0;
     char key[160];

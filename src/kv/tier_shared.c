@@ -119,8 +119,9 @@ static int publish(struct shared_tier *s, const uint8_t id[16], const void *fram
 }
 
 static int shared_put(struct kv_tier *t, const uint8_t id[16], const void *frame, size_t len,
-                      int64_t expires, int64_t now)
+                      int64_t expires, int64_t now, const uint8_t *parent)
 {
+    (void)parent; /* no eviction order of its own: expiry and gc (shared), Redis's own (redis) */
     struct shared_tier *s = shared_of(t);
     struct err_msg m;
     if (len != s->frame_bytes || kv_frame_check(&t->layout, frame, len, id, NULL, &m)) {
@@ -202,8 +203,10 @@ static bool shared_has(struct kv_tier *t, const uint8_t id[16], int64_t now)
            (uint64_t)st.st_size == KV_TIER_RECORD_HEADER + s->frame_bytes;
 }
 
-static int shared_touch(struct kv_tier *t, const uint8_t id[16], int64_t expires, int64_t now)
+static int shared_touch(struct kv_tier *t, const uint8_t id[16], int64_t expires, int64_t now,
+                        const uint8_t *parent)
 {
+    (void)parent;
     struct shared_tier *s = shared_of(t);
     (void)now;
     char path[PATH_MAX];

@@ -31,6 +31,7 @@
 
 #include "base/err.h"
 #include "kv/tier.h"
+#include "kv/tier_index.h"
 #include "kv/tier_dir.h"
 
 #include <stdint.h>
@@ -44,9 +45,10 @@
  * leftover, not a publish in progress. */
 #define KV_TIER_SHARED_TEMP_GRACE_S 900
 
-/* A RAM tier of capacity_bytes (> 0) of frames of layout l. Returns 0 or
- * ERR_INVALID with a message. */
-int kv_tier_ram_open(const struct kv_frame_layout *l, uint64_t capacity_bytes, struct kv_tier **out,
+/* A RAM tier of capacity_bytes (> 0) of frames of layout l, evicting by
+ * policy (tier_index.h). Returns 0 or ERR_INVALID with a message. */
+int kv_tier_ram_open(const struct kv_frame_layout *l, uint64_t capacity_bytes,
+                     const struct kv_tier_policy *policy, struct kv_tier **out,
                      struct err_msg *msg);
 
 /* A disk tier on dir (created if missing), capacity_bytes of record files
@@ -55,12 +57,14 @@ int kv_tier_ram_open(const struct kv_frame_layout *l, uint64_t capacity_bytes, s
  * tier there; rebuilds the index from the files: torn, corrupt, foreign
  * and expired records (by now) and temporary files are removed and counted
  * (corrupt, expirations), sound ones are indexed oldest first by their
- * modification time (a hit rewrites the header: the time of last use).
+ * modification time (a hit rewrites the header: the time of last use),
+ * all as probation entries of policy (tier_index.h).
  * A directory that cannot be written opens read-only (writable false).
  * Returns 0, or a negative code with a message: dir cannot be made or read,
  * it is locked by another process, bad layout. */
 int kv_tier_disk_open(const char *dir, const struct kv_frame_layout *l, uint64_t capacity_bytes,
-                      int64_t now, struct kv_tier **out, struct err_msg *msg);
+                      const struct kv_tier_policy *policy, int64_t now, struct kv_tier **out,
+                      struct err_msg *msg);
 
 /* A shared tier on dir (created if missing) bounded at capacity_bytes of
  * record files (0: no bound but expiry). Runs a gc pass at open (which

@@ -185,6 +185,8 @@ void metrics_render_tiers(const struct metrics *m, const struct kv_chain_stats *
          bytes_written);
     TIER("inferd_kv_tier_put_errors_total", "counter",
          "Blocks a KV tier failed to store (full, unwritable, down).", put_errors);
+    TIER("inferd_kv_tier_not_admitted_total", "counter",
+         "Blocks a KV tier's admission policy turned down.", not_admitted);
     TIER("inferd_kv_tier_evictions_total", "counter", "Blocks a KV tier dropped for room.",
          evictions);
     TIER("inferd_kv_tier_expirations_total", "counter", "Blocks a KV tier dropped as expired.",

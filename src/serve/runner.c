@@ -201,6 +201,15 @@ static void kv_loaded(struct runner *r, struct thread_state *t)
     }
 }
 
+/* The block before id in o's prompt; NULL for the first, or when id is
+ * not o's (or no o). */
+static const uint8_t *owner_parent(const struct kv_owner *o, const uint8_t id[16])
+{
+    for (int i = 1; o && i < o->n_ids; i++)
+        if (!memcmp(o->ids[i], id, 16)) return o->ids[i - 1];
+    return NULL;
+}
+
 /* Blocks that entered the prefix index -> write-through tiers. */
 static void kv_stored(struct runner *r, struct thread_state *t)
 {
@@ -217,7 +226,8 @@ static void kv_stored(struct runner *r, struct thread_state *t)
             if (inferd_kv_export(r->engine, ev[i].id, r->kv.frame, r->kv.frame_bytes)) continue;
             const struct kv_owner *o = u64map_get(&r->kv.owners, key);
             kv_chain_put(r->kv.chain, ev[i].id, r->kv.frame, r->kv.frame_bytes,
-                         kv_chain_now(r->kv.chain) + owner_ttl(r, o), false, o ? o->n_ids : 0);
+                         kv_chain_now(r->kv.chain) + owner_ttl(r, o), false, o ? o->n_ids : 0,
+                         owner_parent(o, ev[i].id));
         }
     }
 }
@@ -228,7 +238,7 @@ void runner_kv_evict_hook(void *ctx, const uint8_t id[16], const void *frame, si
     if (!r->kv.chain) return;
     const struct kv_owner *o = u64map_get(&r->kv.owners, fold_id(id));
     kv_chain_put(r->kv.chain, id, frame, len, kv_chain_now(r->kv.chain) + owner_ttl(r, o), true,
-                 o ? o->n_ids : 0);
+                 o ? o->n_ids : 0, owner_parent(o, id));
 }
 
 void runner_kv_wake(void *ctx)

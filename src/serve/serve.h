@@ -56,9 +56,11 @@ struct serve_config {
     /* KV tiers behind the engine pool (kv/spec.h), fastest first; none given:
      * a disk tier in data_dir/kv sized to fit the disk; kv_tiers_off: none */
     struct kv_tier_spec kv_tiers[KV_CHAIN_MAX_TIERS];
-    int n_kv_tiers;               /* entries of kv_tiers */
-    bool kv_tiers_off;            /* --kv-tier none */
-    struct kv_ttl_classes kv_ttl; /* traffic classes and their TTLs */
+    int n_kv_tiers;                  /* entries of kv_tiers */
+    bool kv_tiers_off;               /* --kv-tier none */
+    struct kv_tier_policy kv_policy; /* RAM and disk tiers: eviction, admission */
+    int kv_admit_prompt_blocks;      /* tiers but RAM: only blocks of prompts this long */
+    struct kv_ttl_classes kv_ttl;    /* traffic classes and their TTLs */
     int kv_ttl_endpoint[4]; /* per api_kind: class of requests naming none (-1: kv_ttl.dflt) */
 };
 

@@ -206,7 +206,9 @@ static int open_tiers(struct server *s, const struct serve_config *cfg, struct e
     if (rc) return rc;
     for (int i = 0; i < n; i++) {
         struct kv_tier *t;
-        if ((rc = kv_tier_open(&specs[i], &l, kv_chain_now(s->kv_chain), &t, msg))) {
+        struct kv_tier_spec sp = specs[i];
+        sp.policy = cfg->kv_policy;
+        if ((rc = kv_tier_open(&sp, &l, kv_chain_now(s->kv_chain), &t, msg))) {
             if (!is_default) return rc;
             log_warn("kv tiers: the default disk tier is off: %s", msg->text);
             kv_chain_free(s->kv_chain);
@@ -214,13 +216,16 @@ static int open_tiers(struct server *s, const struct serve_config *cfg, struct e
             msg->text[0] = 0;
             return 0;
         }
-        struct kv_chain_tier_cfg tc = {.write = specs[i].kind == KV_TIER_RAM ? KV_WRITE_BACK
-                                                                             : KV_WRITE_THROUGH};
+        bool ram = specs[i].kind == KV_TIER_RAM;
+        struct kv_chain_tier_cfg tc = {.write = ram ? KV_WRITE_BACK : KV_WRITE_THROUGH,
+                                       .min_prompt_blocks = ram ? 0 : cfg->kv_admit_prompt_blocks};
         if ((rc = kv_chain_add(s->kv_chain, t, &tc, msg))) return rc;
-        log_info("kv tier %d: %s %s (%.1f GiB, %s)", i + 1, t->name,
-                 specs[i].kind == KV_TIER_RAM ? "in memory" : specs[i].path,
-                 (double)specs[i].bytes / (double)(1ull << 30),
-                 tc.write == KV_WRITE_BACK ? "write-back" : "write-through");
+        bool indexed = ram || specs[i].kind == KV_TIER_DISK;
+        log_info("kv tier %d: %s %s (%.1f GiB, %s%s%s%s%s)", i + 1, t->name,
+                 ram ? "in memory" : specs[i].path, (double)specs[i].bytes / (double)(1ull << 30),
+                 tc.write == KV_WRITE_BACK ? "write-back" : "write-through",
+                 indexed ? ", evict " : "", indexed ? kv_evict_policy_name(sp.policy.evict) : "",
+                 indexed ? ", admit " : "", indexed ? kv_admit_policy_name(sp.policy.admit) : "");
     }
     return 0;
 }

@@ -77,9 +77,10 @@ TEST(load_takes_the_leading_run_across_tiers)
     struct kv_chain *c;
     EXPECT_EQ_INT(kv_chain_new(&l, &o, &c, &msg), 0);
     struct kv_tier *ram, *disk;
-    EXPECT_EQ_INT(kv_tier_ram_open(&l, 1 << 20, &ram, &msg), 0);
+    EXPECT_EQ_INT(kv_tier_ram_open(&l, 1 << 20, &(struct kv_tier_policy){0}, &ram, &msg), 0);
     snprintf(dir, sizeof(dir), "/tmp/inferd-test-chain-%d", (int)getpid());
-    EXPECT_EQ_INT(kv_tier_disk_open(dir, &l, 1 << 20, fake_now, &disk, &msg), 0);
+    EXPECT_EQ_INT(
+        kv_tier_disk_open(dir, &l, 1 << 20, &(struct kv_tier_policy){0}, fake_now, &disk, &msg), 0);
     struct kv_chain_tier_cfg back = {.write = KV_WRITE_BACK}, thru = {.write = KV_WRITE_THROUGH};
     EXPECT_EQ_INT(kv_chain_add(c, ram, &back, &msg), 0);
     EXPECT_EQ_INT(kv_chain_add(c, disk, &thru, &msg), 0);
@@ -90,9 +91,9 @@ TEST(load_takes_the_leading_run_across_tiers)
     for (int k = 0; k < 6; k++) {
         frame_of(&l, k, f, ids[k]);
         if (k == 4) continue;
-        EXPECT(kv_chain_put(c, ids[k], f, fb, fake_now + 3600, k < 2, 10));
+        EXPECT(kv_chain_put(c, ids[k], f, fb, fake_now + 3600, k < 2, 10, k ? ids[k - 1] : NULL));
     }
-    EXPECT(!kv_chain_put(c, ids[0], f, fb - 1, fake_now + 3600, true, 10)); /* wrong size */
+    EXPECT(!kv_chain_put(c, ids[0], f, fb - 1, fake_now + 3600, true, 10, NULL)); /* wrong size */
     drain(c);
     kv_chain_load(c, 77, (const uint8_t(*)[16])ids, 6, 0, fake_now + 7200);
     struct kv_chain_load r;

@@ -130,7 +130,7 @@ TEST(redis_tier)
     /* round trip, bitwise; a second put of a held block only raises expiry */
     for (int k = 1; k <= 6; k++) {
         frame_of(&l, k, f, id);
-        EXPECT_EQ_INT(t->ops->put(t, id, f, fb, now + 3600, now), 0);
+        EXPECT_EQ_INT(t->ops->put(t, id, f, fb, now + 3600, now, NULL), 0);
     }
     for (int k = 1; k <= 6; k++) {
         frame_of(&l, k, f, id);
@@ -141,7 +141,7 @@ TEST(redis_tier)
     frame_of(&l, 1, f, id);
     long long p1 = pttl(&l, id);
     EXPECT(p1 > 3590000 && p1 <= 3600000);
-    EXPECT_EQ_INT(t->ops->put(t, id, f, fb, now + 7200, now), 0);
+    EXPECT_EQ_INT(t->ops->put(t, id, f, fb, now + 7200, now, NULL), 0);
     EXPECT(pttl(&l, id) > 7190000);
     EXPECT_EQ_INT(t->ops->get(t, id, got, fb, now + 5000), (long long)fb); /* header raised too */
 
@@ -199,7 +199,7 @@ TEST(redis_tier)
     double t0 = time_now_s();
     for (int i = 0; i < 20; i++) {
         EXPECT_EQ_INT(t->ops->get(t, id, got, fb, now), 0);
-        EXPECT(t->ops->put(t, id, f, fb, now + 60, now) < 0);
+        EXPECT(t->ops->put(t, id, f, fb, now + 60, now, NULL) < 0);
         EXPECT(!t->ops->has(t, id, now));
     }
     double dt = time_now_s() - t0;
@@ -211,7 +211,7 @@ TEST(redis_tier)
     EXPECT(start_redis());
     bool back = false;
     for (int i = 0; i < 120 && !back; i++) {
-        back = t->ops->put(t, id, f, fb, now + 60, now) == 0;
+        back = t->ops->put(t, id, f, fb, now + 60, now, NULL) == 0;
         if (!back) usleep(100000);
     }
     EXPECT(back);
