@@ -287,6 +287,15 @@ static int dir_scan(const char *name, const struct kv_dir *d, struct kv_tier_io 
     return rc;
 }
 
+/* dir_scan at the present time with an I/O context of its own. */
+static int dir_scan_now(const char *name, const struct kv_dir *d, kv_tier_dir_fn fn, void *ctx)
+{
+    struct kv_tier_io *io = kv_tier_io_new();
+    int rc = dir_scan(name, d, io, (int64_t)time(NULL), fn, ctx);
+    kv_tier_io_free(io);
+    return rc;
+}
+
 /* f's state, with records of another fingerprint than fp (NULL: any) as
  * FOREIGN; *why: what is wrong ("" when nothing). */
 static enum kv_tier_file_state state_of(const struct kv_tier_file *f, const uint8_t *fp,
@@ -518,9 +527,7 @@ static int kv_stat(int argc, char **argv)
     struct kv_dir d;
     if (dir_open(spec.name, dir, &d)) return CMD_EXIT_FAIL;
     struct stat_ctx c = {.fp = fp.set ? fp.v : NULL};
-    struct kv_tier_io *io = kv_tier_io_new();
-    rc = dir_scan(spec.name, &d, io, (int64_t)time(NULL), stat_file, &c);
-    kv_tier_io_free(io);
+    rc = dir_scan_now(spec.name, &d, stat_file, &c);
     if (!rc) {
         long holder = dir_lock_holder(&d);
         if (json)
@@ -605,9 +612,7 @@ static int kv_ls(int argc, char **argv)
     struct kv_dir d;
     if (dir_open(spec.name, dir, &d)) return CMD_EXIT_FAIL;
     struct ls_ctx c = {.fp = fp.set ? fp.v : NULL, .json = json};
-    struct kv_tier_io *io = kv_tier_io_new();
-    rc = dir_scan(spec.name, &d, io, (int64_t)time(NULL), ls_file, &c);
-    kv_tier_io_free(io);
+    rc = dir_scan_now(spec.name, &d, ls_file, &c);
     return finish(spec.name, rc ? CMD_EXIT_FAIL : CMD_EXIT_OK);
 }
 
