@@ -28,3 +28,17 @@ finish() {
     echo "$passed passed, $failed failed"
     [ "$failed" -eq 0 ]
 }
+
+# wait_port PID PORTFILE LOG: waits (30 s at most) for the server PID to
+# write its port to PORTFILE and sets $port; on failure (the server exited
+# or never wrote it) prints LOG to stderr and returns 1.
+wait_port() {
+    local p=$1 file=$2 log=$3
+    for _ in $(seq 1 300); do
+        [ -s "$file" ] && { port=$(cat "$file"); return 0; }
+        kill -0 "$p" 2>/dev/null || break
+        sleep 0.1
+    done
+    cat "$log" >&2
+    return 1
+}

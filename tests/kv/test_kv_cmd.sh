@@ -24,13 +24,7 @@ start() {
         --data-dir "$work/data" --threads 2 --ctx 512 --kv-tier "disk:$dir:64MiB" \
         >>"$work/serve.log" 2>&1 &
     pid=$!
-    for _ in $(seq 1 300); do
-        [ -s "$work/port" ] && { port=$(cat "$work/port"); return 0; }
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    cat "$work/serve.log" >&2
-    return 1
+    wait_port "$pid" "$work/port" "$work/serve.log"
 }
 stop() { kill -TERM "$pid"; wait "$pid" 2>/dev/null || true; pid=; }
 # ask SEED: a completion of 200 prompt token ids (12 full blocks) of their own.

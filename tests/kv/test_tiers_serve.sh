@@ -25,13 +25,7 @@ start() {
         --data-dir "$work/data-$name" --threads 2 --ctx 512 -v "$@" >>"$work/$name.log" 2>&1 &
     pid=$!
     pids+=("$pid")
-    for _ in $(seq 1 300); do
-        [ -s "$work/$name.port" ] && { port=$(cat "$work/$name.port"); return 0; }
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    cat "$work/$name.log" >&2
-    return 1
+    wait_port "$pid" "$work/$name.port" "$work/$name.log"
 }
 stop() { kill -TERM "$1"; wait "$1" 2>/dev/null || true; }
 
