@@ -22,7 +22,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 
@@ -36,22 +35,11 @@ ap.add_argument("--decode-tokens", type=int, default=128)
 ap.add_argument("--only", choices=["ttft", "decode"], help="run one of the two parts")
 args = ap.parse_args()
 
-work = tempfile.mkdtemp(prefix="inferd-kvbench.")
-procs = []
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serverctl import Run  # noqa: E402
 
-
-def cleanup():
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    shutil.rmtree(work, ignore_errors=True)
-
-
-def fail(msg):
-    print("bench_tiers: " + msg, file=sys.stderr)
-    cleanup()
-    sys.exit(1)
+run = Run("bench_tiers")
+work, procs, cleanup, fail = run.work, run.procs, run.cleanup, run.fail
 
 
 model = args.model
@@ -66,24 +54,10 @@ pool_blocks = (ctx + bt - 1) // bt + 8
 
 
 def start(name, tiers, extra=()):
-    portf = os.path.join(work, name + ".port")
-    if os.path.exists(portf):
-        os.unlink(portf)
-    log = open(os.path.join(work, name + ".log"), "a")
-    cmd = [args.inferd, "serve", "-m", model, "--name", "m", "--port", "0", "--port-file", portf,
-           "--data-dir", os.path.join(work, "data-" + name), "--threads", str(args.threads),
-           "--ctx", str(ctx), "--kv-blocks", str(pool_blocks), "-v"]
+    flags = ["--threads", str(args.threads), "--ctx", str(ctx), "--kv-blocks", str(pool_blocks), "-v"]
     for t in tiers:
-        cmd += ["--kv-tier", t]
-    p = subprocess.Popen(cmd + list(extra), stdout=log, stderr=subprocess.STDOUT)
-    procs.append(p)
-    for _ in range(600):
-        if os.path.exists(portf) and os.path.getsize(portf) > 0:
-            return p, int(open(portf).read())
-        if p.poll() is not None:
-            break
-        time.sleep(0.1)
-    fail(f"server {name} did not start:\n" + open(os.path.join(work, name + ".log")).read()[-2000:])
+        flags += ["--kv-tier", t]
+    return run.serve(args.inferd, model, name, flags + list(extra))
 
 
 def stop(p):

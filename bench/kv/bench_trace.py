@@ -17,11 +17,9 @@ than the longest prompt needs. Every figure comes from this run.
 import argparse
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -61,23 +59,11 @@ with open("/proc/cpuinfo") as f:
             break
 print(f"cpu: {cpu}, {os.cpu_count()} cpus, {args.threads} threads")
 
-work = tempfile.mkdtemp(prefix="inferd-kvtrace.")
-procs = []
+sys.path.insert(0, here)
+from serverctl import Run  # noqa: E402
 
-
-def cleanup():
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    shutil.rmtree(work, ignore_errors=True)
-
-
-def fail(msg):
-    print("bench_trace: " + msg, file=sys.stderr)
-    cleanup()
-    sys.exit(1)
-
+run = Run("bench_trace")
+work, cleanup, fail = run.work, run.cleanup, run.fail
 
 model = os.path.join(work, "tiny.gguf")
 subprocess.run([args.inferd, "model", "make", "--preset", "tiny", "--arch", "qwen3", "--type",
@@ -85,22 +71,11 @@ subprocess.run([args.inferd, "model", "make", "--preset", "tiny", "--arch", "qwe
 
 
 def start(name, tiers):
-    portf = os.path.join(work, name + ".port")
-    log = open(os.path.join(work, name + ".log"), "a")
-    cmd = [args.inferd, "serve", "-m", model, "--name", "m", "--port", "0", "--port-file", portf,
-           "--data-dir", os.path.join(work, "data-" + name), "--threads", str(args.threads),
-           "--ctx", str(ctx), "--kv-blocks", str(pool), "--max-seqs", "1"]
+    flags = ["--threads", str(args.threads), "--ctx", str(ctx), "--kv-blocks", str(pool),
+             "--max-seqs", "1"]
     for t in tiers:
-        cmd += ["--kv-tier", t]
-    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    procs.append(p)
-    for _ in range(600):
-        if os.path.exists(portf) and os.path.getsize(portf) > 0:
-            return p, int(open(portf).read())
-        if p.poll() is not None:
-            break
-        time.sleep(0.1)
-    fail(f"server {name} did not start:\n" + open(os.path.join(work, name + ".log")).read()[-2000:])
+        flags += ["--kv-tier", t]
+    return run.serve(args.inferd, model, name, flags)
 
 
 def metric(port, name):
@@ -113,11 +88,17 @@ def metric(port, name):
     return total
 
 
+def share_of_ideal(pc):
+    if not pc["ideal_hit_ratio"]:
+        return "no share: the ideal is 0"
+    return f"{100.0 * pc['server_hit_ratio'] / pc['ideal_hit_ratio']:.1f}% of it"
+
+
 results = {}
-for run in args.order.split(","):
-    tiers = [f"disk:{os.path.join(work, 'tier')}:64GiB"] if run == "tiers" else ["none"]
-    p, port = start(run, tiers)
-    out = os.path.join(work, "out-" + run)
+for mode in args.order.split(","):
+    tiers = [f"disk:{os.path.join(work, 'tier')}:64GiB"] if mode == "tiers" else ["none"]
+    p, port = start(mode, tiers)
+    out = os.path.join(work, "out-" + mode)
     t0 = time.monotonic()
     b = subprocess.run([args.inferd, "bench", "--url", f"http://127.0.0.1:{port}", "--model", "m",
                         "--trace", "mooncake:" + args.trace, "--max-requests", str(len(reqs)),
@@ -126,16 +107,16 @@ for run in args.order.split(","):
                        capture_output=True, text=True)
     wall = time.monotonic() - t0
     if b.returncode:
-        fail(f"bench ({run}) exit {b.returncode}: {b.stderr[-2000:]}")
+        fail(f"bench ({mode}) exit {b.returncode}: {b.stderr[-2000:]}")
     s = json.loads(b.stdout)
     pc = s["prefix_cache"]
-    tier_hits = metric(port, 'inferd_kv_tier_hits_total{tier="disk"}') if run == "tiers" else 0
+    tier_hits = metric(port, 'inferd_kv_tier_hits_total{tier="disk"}') if mode == "tiers" else 0
     p.send_signal(signal.SIGTERM)
     p.wait(timeout=120)
-    results[run] = pc
+    results[mode] = pc
     errors = s.get("errors", {})
-    print(f"{run:5s}: server hit ratio {pc['server_hit_ratio']:.4f}, ideal {pc['ideal_hit_ratio']:.4f}"
-          f" ({100.0 * pc['server_hit_ratio'] / pc['ideal_hit_ratio']:.1f}% of it); "
+    print(f"{mode:5s}: server hit ratio {pc['server_hit_ratio']:.4f}, ideal {pc['ideal_hit_ratio']:.4f}"
+          f" ({share_of_ideal(pc)}); "
           f"disk-tier block hits {tier_hits:.0f}; errors {errors}; {wall:.0f} s", flush=True)
 
 cleanup()

@@ -1,0 +1,55 @@
+"""The KV benchmarks' processes: a scratch directory, the servers and
+helpers a benchmark starts, and their cleanup on every way out."""
+import atexit
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+
+class Run:
+    def __init__(self, name):
+        self.name = name
+        self.work = tempfile.mkdtemp(prefix=f"inferd-{name}.")
+        self.procs = []
+        atexit.register(self.cleanup)  # also when a benchmark dies of an exception
+
+    def path(self, *parts):
+        return os.path.join(self.work, *parts)
+
+    def spawn(self, cmd, **kw):
+        p = subprocess.Popen(cmd, **kw)
+        self.procs.append(p)
+        return p
+
+    def cleanup(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def fail(self, msg):
+        print(f"{self.name}: {msg}", file=sys.stderr)
+        self.cleanup()
+        sys.exit(1)
+
+    def serve(self, inferd, model, name, flags):
+        """Starts `inferd serve` on a free port with its own data directory
+        and log (both named after name), flags after the common ones;
+        returns (process, port) once it listens."""
+        portf, logf = self.path(name + ".port"), self.path(name + ".log")
+        if os.path.exists(portf):
+            os.unlink(portf)
+        cmd = [inferd, "serve", "-m", model, "--name", "m", "--port", "0", "--port-file", portf,
+               "--data-dir", self.path("data-" + name)] + list(flags)
+        p = self.spawn(cmd, stdout=open(logf, "a"), stderr=subprocess.STDOUT)
+        for _ in range(600):
+            if os.path.exists(portf) and os.path.getsize(portf) > 0:
+                return p, int(open(portf).read())
+            if p.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.fail(f"server {name} did not start:\n" + open(logf).read()[-2000:])
