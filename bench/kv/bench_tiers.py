@@ -139,7 +139,7 @@ def seq_read_gbps(path, nbytes, cold):
 
 
 def redis_get_gbps(sock, value_bytes, n):
-    out = subprocess.run(["redis-benchmark", "-s", sock, "-t", "get", "-d", str(value_bytes),
+    out = subprocess.run(["redis-benchmark", "-s", sock, "-t", "set,get", "-d", str(value_bytes),
                           "-n", str(n), "-c", "1", "-q"], capture_output=True, text=True).stdout
     m = re.search(r"GET: ([0-9.]+) requests per second", out)
     return float(m.group(1)) * value_bytes / 1e9 if m else 0.0

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 struct put_job {
@@ -37,6 +38,7 @@ struct load_job {
     double recompute_ms;      /* per block; <= 0: no limit */
     int64_t expires;          /* raise a hit's expiry to this */
     double t_queued;          /* seconds (monotonic) */
+    size_t frames_cap;        /* bytes of res.frames */
 };
 
 struct chain_tier {
@@ -59,6 +61,8 @@ struct kv_chain {
     struct put_job *put_head, *put_tail;
     struct load_job *load_head, *load_tail;
     struct load_job *done_head, *done_tail;
+    uint8_t *spare;              /* a frames buffer kept for the next load (NULL: none) */
+    size_t spare_cap;            /* its bytes */
     size_t queue_bytes;          /* frames in put jobs */
     struct kv_chain_stats stats; /* published after each job */
 };
@@ -132,39 +136,109 @@ static void run_put(struct kv_chain *c, struct put_job *j)
     }
 }
 
+/* Frames buffers are mapped with their pages populated in one call:
+ * filling a fresh 48 MiB buffer page by page costs 12,288 faults, several
+ * times the copy itself. NULL when the memory is not there. */
+static uint8_t *buf_alloc(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                   -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void buf_free(uint8_t *p, size_t bytes)
+{
+    if (p) munmap(p, bytes);
+}
+
+/* A frames buffer of at least bytes: the spare one when it is large enough
+ * (its pages are mapped already), else a new one; NULL if none can be had. */
+static uint8_t *take_buffer(struct kv_chain *c, size_t bytes, size_t *cap)
+{
+    pthread_mutex_lock(&c->mu);
+    uint8_t *p = NULL;
+    if (c->spare && c->spare_cap >= bytes) {
+        p = c->spare;
+        *cap = c->spare_cap;
+        c->spare = NULL;
+        c->spare_cap = 0;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!p) {
+        p = buf_alloc(bytes);
+        *cap = p ? bytes : 0;
+    }
+    return p;
+}
+
+/* Whether a tier before tier i holds id (then it serves it, not i). */
+static bool faster_has(struct kv_chain *c, int i, const uint8_t id[16], int64_t now)
+{
+    for (int k = 0; k < i; k++)
+        if (c->tiers[k].tier->ops->has(c->tiers[k].tier, id, now)) return true;
+    return false;
+}
+
+/* Each id from the first tier that holds it, in runs: a tier serves the
+ * ids from here up to the next one a faster tier holds, in one get_run. */
 static void run_load(struct kv_chain *c, struct load_job *j)
 {
     struct kv_chain_load *r = &j->res;
-    r->frames = xmalloc(c->frame_bytes * (size_t)MAX(r->n_want, 1));
-    for (int b = 0; b < r->n_want; b++) {
+    int b = 0;
+    while (b < r->n_want) {
         int64_t now = kv_chain_now(c);
-        int served = -1;
-        for (int i = 0; i < c->n_tiers && served < 0; i++) {
+        int got = 0, i = 0;
+        for (; i < c->n_tiers && !got; i++) {
             struct chain_tier *t = &c->tiers[i];
             if (!t->tier->ops->has(t->tier, j->ids[b], now)) continue;
             if (j->recompute_ms > 0 && t->ms_per_block > j->recompute_ms) {
                 r->cost_stop = true;
-                break;
+                goto out;
             }
+            if (!r->frames) { /* the first block found: now a buffer is worth having */
+                const size_t want = c->frame_bytes * (size_t)r->n_want;
+                r->frames = take_buffer(c, want, &j->frames_cap);
+                if (!r->frames) {
+                    log_warn("kv tiers: no memory for a load of %d blocks; they are recomputed",
+                             r->n_want);
+                    goto out;
+                }
+            }
+            int end = b + 1;
+            while (end < r->n_want && !faster_has(c, i, j->ids[end], now))
+                end++;
             double t0 = time_now_s();
-            uint8_t *dst = r->frames + c->frame_bytes * (size_t)r->n_frames;
-            ssize_t n = t->tier->ops->get(t->tier, j->ids[b], dst, c->frame_bytes, now);
-            if (n != (ssize_t)c->frame_bytes) continue; /* a miss after all: next tier */
-            double ms = (time_now_s() - t0) * 1e3;
+            got = t->tier->ops->get_run(t->tier, (const uint8_t(*)[16])j->ids + b, end - b,
+                                        r->frames + c->frame_bytes * (size_t)b, j->expires, now,
+                                        b ? j->ids[b - 1] : NULL);
+            if (!got) continue; /* a miss after all: the next tier */
+            double ms = (time_now_s() - t0) * 1e3 / got;
             t->ms_per_block = t->ms_per_block > 0 ? 0.9 * t->ms_per_block + 0.1 * ms : ms;
-            t->tier->ops->touch(t->tier, j->ids[b], j->expires, now, b ? j->ids[b - 1] : NULL);
-            served = i;
+            r->by_tier[i] += got;
         }
-        if (served < 0) break;
-        r->by_tier[served]++;
-        r->n_frames++;
+        if (!got) break;
+        r->n_frames += got;
+        b += got;
     }
+out:
     r->ms = (time_now_s() - j->t_queued) * 1e3;
 }
 
 static void *io_main(void *arg)
 {
     struct kv_chain *c = arg;
+    if (c->opts.staging_bytes) { /* before the first load needs it, off the engine's path */
+        size_t n = MIN(c->opts.staging_bytes, KV_CHAIN_SPARE_MAX);
+        uint8_t *p = buf_alloc(n);
+        pthread_mutex_lock(&c->mu);
+        if (p && !c->spare) {
+            c->spare = p;
+            c->spare_cap = n;
+            p = NULL;
+        }
+        pthread_mutex_unlock(&c->mu);
+        buf_free(p, n);
+    }
     pthread_mutex_lock(&c->mu);
     for (;;) {
         if (c->load_head) {
@@ -240,10 +314,11 @@ void kv_chain_free(struct kv_chain *c)
     }
     for (struct load_job *j = c->done_head, *n; j; j = n) {
         n = j->next;
-        free(j->res.frames);
+        buf_free(j->res.frames, j->frames_cap);
         free(j->ids);
         free(j);
     }
+    buf_free(c->spare, c->spare_cap);
     for (int i = 0; i < c->n_tiers; i++)
         c->tiers[i].tier->ops->close(c->tiers[i].tier);
     pthread_mutex_destroy(&c->mu);
@@ -318,7 +393,8 @@ int kv_chain_poll(struct kv_chain *c, struct kv_chain_load *out, int cap)
         struct load_job *j = c->done_head;
         c->done_head = j->next;
         if (!c->done_head) c->done_tail = NULL;
-        out[n++] = j->res;
+        out[n] = j->res;
+        out[n++].frames_cap = j->frames_cap;
         free(j->ids);
         free(j);
     }
@@ -326,10 +402,22 @@ int kv_chain_poll(struct kv_chain *c, struct kv_chain_load *out, int cap)
     return n;
 }
 
-void kv_chain_load_free(struct kv_chain_load *l)
+void kv_chain_load_free(struct kv_chain *c, struct kv_chain_load *l)
 {
-    free(l->frames);
+    uint8_t *old = l->frames;
+    size_t old_cap = l->frames_cap;
+    pthread_mutex_lock(&c->mu);
+    if (old && old_cap <= KV_CHAIN_SPARE_MAX && old_cap > c->spare_cap) {
+        uint8_t *keep = old;
+        old = c->spare;
+        old_cap = c->spare_cap;
+        c->spare = keep;
+        c->spare_cap = l->frames_cap;
+    }
+    pthread_mutex_unlock(&c->mu);
+    buf_free(old, old_cap);
     l->frames = NULL;
+    l->frames_cap = 0;
 }
 
 void kv_chain_snapshot(struct kv_chain *c, struct kv_chain_stats *s)

@@ -44,6 +44,7 @@
 #include <stdint.h>
 
 enum { KV_CHAIN_MAX_TIERS = 8 };
+#define KV_CHAIN_SPARE_MAX ((size_t)256 << 20)
 
 /* When a tier takes a block. */
 enum kv_write_policy {
@@ -63,6 +64,9 @@ struct kv_chain_opts {
     void (*wake)(void *ctx);   /* called by the I/O thread when a load finished (NULL: none) */
     void *wake_ctx;            /* for wake */
     size_t max_queue_bytes;    /* bound on queued put frames (0: 256 MiB) */
+    size_t staging_bytes;      /* a load buffer of this size (at most KV_CHAIN_SPARE_MAX)
+                                  made ready when the I/O thread starts, so that the first
+                                  load does not wait for fresh pages (0: none) */
 };
 
 /* One finished load (kv_chain_poll). */
@@ -71,6 +75,7 @@ struct kv_chain_load {
     int n_want;                      /* ids asked for */
     int n_frames;                    /* leading ids found, verified, in frames */
     uint8_t *frames;                 /* (n_frames x frame bytes), owned: kv_chain_load_free */
+    size_t frames_cap;               /* bytes allocated at frames */
     int by_tier[KV_CHAIN_MAX_TIERS]; /* of n_frames, how many each tier served */
     double ms;                       /* from queued to done */
     bool cost_stop;                  /* stopped early: loading cost more than recomputing */
@@ -124,7 +129,11 @@ void kv_chain_load(struct kv_chain *c, uint64_t tag, const uint8_t (*ids)[16], i
                    double recompute_ms_per_block, int64_t expires);
 /* Moves up to cap finished loads to out; returns how many. */
 int kv_chain_poll(struct kv_chain *c, struct kv_chain_load *out, int cap);
-void kv_chain_load_free(struct kv_chain_load *l);
+/* Gives l's frames back: the chain keeps the largest buffer of at most
+ * KV_CHAIN_SPARE_MAX bytes for the next load (a buffer whose pages are
+ * already mapped: a new one costs a page fault every 4 KiB while the load
+ * fills it), and frees the rest. */
+void kv_chain_load_free(struct kv_chain *c, struct kv_chain_load *l);
 /* Counters of the chain and of each tier, as of the last I/O job. */
 void kv_chain_snapshot(struct kv_chain *c, struct kv_chain_stats *s);
 

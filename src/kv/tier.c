@@ -60,6 +60,18 @@ void kv_tier_stats_add_latency(struct kv_tier_stats *s, double ms)
     s->lat_sum_ms += ms;
 }
 
+int kv_tier_get_run_each(struct kv_tier *t, const uint8_t (*ids)[16], int n, uint8_t *out,
+                         int64_t expires, int64_t now, const uint8_t *parent)
+{
+    const size_t fb = kv_frame_bytes(&t->layout);
+    int i = 0;
+    for (; i < n; i++) {
+        if (t->ops->get(t, ids[i], out + fb * (size_t)i, fb, now) != (ssize_t)fb) break;
+        t->ops->touch(t, ids[i], expires, now, i ? ids[i - 1] : parent);
+    }
+    return i;
+}
+
 void kv_tier_id_hex(const uint8_t id[16], char out[33])
 {
     static const char digits[] = "0123456789abcdef";

@@ -107,6 +107,18 @@ struct kv_tier_ops {
      * (ERR_NOT_FOUND when not held). */
     int (*touch)(struct kv_tier *t, const uint8_t id[16], int64_t expires, int64_t now,
                  const uint8_t *parent);
+    /* Loads the leading run of ids[0..n) that this tier holds, as get and
+     * then touch would one by one (each frame verified, its expiry raised
+     * to at least expires, counted used with the id before it as parent;
+     * parent is the one before ids[0], NULL for none), but with as many
+     * reads in flight as the medium allows: one io_uring submission for a
+     * batch of files, one Redis pipeline. Frame i goes to
+     * out + i * frame bytes. Returns how many leading ids were loaded
+     * (0..n); it stops at the first it does not hold or cannot verify.
+     * A batch's time is counted in the latency histogram shared out over
+     * its blocks. */
+    int (*get_run)(struct kv_tier *t, const uint8_t (*ids)[16], int n, uint8_t *out,
+                   int64_t expires, int64_t now, const uint8_t *parent);
     void (*stats)(struct kv_tier *t, struct kv_tier_stats *out);
     /* Closes and frees t; held blocks persist where the medium does. */
     void (*close)(struct kv_tier *t);
@@ -138,6 +150,11 @@ int kv_tier_record_decode(const uint8_t in[KV_TIER_RECORD_HEADER], struct kv_tie
 
 /* Latency bookkeeping shared by implementations: adds one hit of ms. */
 void kv_tier_stats_add_latency(struct kv_tier_stats *s, double ms);
+
+/* get_run for a tier whose get is already as fast one at a time as in a
+ * batch (RAM): get then touch for each id in turn. */
+int kv_tier_get_run_each(struct kv_tier *t, const uint8_t (*ids)[16], int n, uint8_t *out,
+                         int64_t expires, int64_t now, const uint8_t *parent);
 
 /* Hex form of an id (32 lowercase digits + NUL), used for file and key names. */
 void kv_tier_id_hex(const uint8_t id[16], char out[33]);

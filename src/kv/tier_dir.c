@@ -275,93 +275,142 @@ void kv_tier_dir_reader_release(struct kv_tier_dir_reader *rd)
     rd->direct_cap = 0;
 }
 
+/* Opens w's file (O_DIRECT when *direct; false after a refusal) and checks
+ * its kind and size: 0 with *fd_out set, or -1 with w->res set (ABSENT,
+ * CORRUPT, ERROR). */
+static int open_record(struct kv_tier_dir_reader *rd, struct kv_tier_dir_want *w, bool *direct,
+                       bool cold, size_t rec_bytes, int *fd_out)
+{
+    int fd = open(w->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | (*direct ? O_DIRECT : 0));
+    if (fd < 0 && *direct && errno == EINVAL) {
+        rd->no_direct = true; /* tmpfs and some network filesystems: read cold instead */
+        *direct = false;
+        cold = true;
+        fd = open(w->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    }
+    if (fd < 0) {
+        int e = errno;
+        w->res = e == ENOENT  ? KV_TIER_READ_ABSENT
+                 : e == ELOOP ? KV_TIER_READ_CORRUPT
+                              : KV_TIER_READ_ERROR;
+        if (e != ENOENT) err_set(&w->msg, -e, "cannot open '%s': %s", w->path, strerror(e));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st)) {
+        err_set(&w->msg, -errno, "cannot stat '%s': %s", w->path, strerror(errno));
+        w->res = KV_TIER_READ_ERROR;
+        close(fd);
+        return -1;
+    }
+    w->dev = st.st_dev;
+    w->ino = st.st_ino;
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != rec_bytes) {
+        err_set(&w->msg, ERR_FORMAT, "'%s': %lld bytes, a record of this layout has %zu", w->path,
+                (long long)st.st_size, rec_bytes);
+        w->res = KV_TIER_READ_CORRUPT;
+        close(fd);
+        return -1;
+    }
+    if (cold) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    *fd_out = fd;
+    return 0;
+}
+
+/* Checks what was read of w (n bytes: header in head, frame in w->buf). */
+static void check_record(const struct kv_frame_layout *l, int64_t now, struct kv_tier_dir_want *w,
+                         const uint8_t *head, ssize_t n, size_t rec_bytes)
+{
+    const size_t frame_bytes = rec_bytes - KV_TIER_RECORD_HEADER;
+    w->res = KV_TIER_READ_CORRUPT;
+    if (n < 0) {
+        err_set(&w->msg, (int)n, "cannot read '%s': %s", w->path, strerror((int)-n));
+        w->res = KV_TIER_READ_ERROR;
+        return;
+    }
+    if (n != (ssize_t)rec_bytes) {
+        err_set(&w->msg, ERR_FORMAT, "'%s': read %zd of %zu bytes", w->path, n, rec_bytes);
+        return;
+    }
+    if (kv_tier_record_decode(head, &w->rec, &w->msg)) return;
+    if (memcmp(w->rec.id, w->id, 16) != 0 || w->rec.frame_len != frame_bytes) {
+        err_set(&w->msg, ERR_FORMAT, "'%s': the record names another block or length", w->path);
+        return;
+    }
+    if (w->rec.expires < now) {
+        w->res = KV_TIER_READ_EXPIRED;
+        return;
+    }
+    if (kv_frame_check(l, w->buf, frame_bytes, w->id, NULL, &w->msg)) return;
+    w->res = KV_TIER_READ_HIT;
+}
+
+void kv_tier_dir_read_many(struct kv_tier_dir_reader *rd, struct kv_tier_io *io,
+                           const struct kv_frame_layout *l, int64_t now, struct kv_tier_dir_want *w,
+                           int n)
+{
+    CHECK(n >= 0 && n <= KV_TIER_IO_DEPTH);
+    const size_t frame_bytes = kv_frame_bytes(l);
+    const size_t rec_bytes = KV_TIER_RECORD_HEADER + frame_bytes;
+    const size_t cap = (rec_bytes + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
+    bool direct = rd->mode == KV_TIER_READ_DIRECT && !rd->no_direct;
+    bool cold = rd->mode == KV_TIER_READ_COLD || (rd->mode == KV_TIER_READ_DIRECT && !direct);
+    if (direct && rd->direct_cap < cap * (size_t)n) {
+        free(rd->direct_buf);
+        rd->direct_buf = aligned_alloc(DIRECT_ALIGN, cap * (size_t)n);
+        rd->direct_cap = rd->direct_buf ? cap * (size_t)n : 0;
+        if (!rd->direct_buf) direct = false, cold = true; /* read through the cache instead */
+    }
+    int fds[KV_TIER_IO_DEPTH], slot[KV_TIER_IO_DEPTH], m = 0;
+    bool is_direct[KV_TIER_IO_DEPTH];
+    uint8_t head[KV_TIER_IO_DEPTH][KV_TIER_RECORD_HEADER];
+    struct iovec iov[KV_TIER_IO_DEPTH][2];
+    for (int i = 0; i < n; i++) {
+        w[i].msg.text[0] = 0;
+        bool d = direct && !rd->no_direct;
+        if (open_record(rd, &w[i], &d, cold, rec_bytes, &fds[m])) continue;
+        is_direct[m] = d;
+        if (d) {
+            iov[m][0] = (struct iovec){rd->direct_buf + cap * (size_t)m, cap};
+            iov[m][1] = (struct iovec){head[m], 0};
+        } else {
+            iov[m][0] = (struct iovec){head[m], KV_TIER_RECORD_HEADER};
+            iov[m][1] = (struct iovec){w[i].buf, frame_bytes};
+        }
+        slot[m++] = i;
+    }
+    /* O_DIRECT wants one aligned buffer per file; the empty second iovec
+     * is harmless for readv */
+    ssize_t got[KV_TIER_IO_DEPTH];
+    kv_tier_io_readv_many(io, m, fds, &iov[0][0], 2, got);
+    for (int k = 0; k < m; k++) {
+        struct kv_tier_dir_want *x = &w[slot[k]];
+        bool dcold = cold || (direct && !is_direct[k]);
+        if (dcold) posix_fadvise(fds[k], 0, 0, POSIX_FADV_DONTNEED);
+        close(fds[k]);
+        ssize_t r = got[k];
+        if (is_direct[k] && r == (ssize_t)rec_bytes) {
+            const uint8_t *src = iov[k][0].iov_base;
+            memcpy(head[k], src, KV_TIER_RECORD_HEADER);
+            memcpy(x->buf, src + KV_TIER_RECORD_HEADER, frame_bytes);
+        }
+        check_record(l, now, x, head[k], r, rec_bytes);
+    }
+}
+
 enum kv_tier_read_result kv_tier_dir_read(struct kv_tier_dir_reader *rd, struct kv_tier_io *io,
                                           const char *path, const struct kv_frame_layout *l,
                                           const uint8_t id[16], int64_t now, void *buf,
                                           struct kv_tier_record *rec, dev_t *dev, ino_t *ino,
                                           struct err_msg *msg)
 {
-    const size_t frame_bytes = kv_frame_bytes(l);
-    const size_t rec_bytes = KV_TIER_RECORD_HEADER + frame_bytes;
-    bool direct = rd->mode == KV_TIER_READ_DIRECT && !rd->no_direct;
-    bool cold = rd->mode == KV_TIER_READ_COLD || (rd->mode == KV_TIER_READ_DIRECT && !direct);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | (direct ? O_DIRECT : 0));
-    if (fd < 0 && direct && errno == EINVAL) {
-        rd->no_direct = true; /* tmpfs and some network filesystems */
-        direct = false;
-        cold = true;
-        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    }
-    if (fd < 0) {
-        if (errno == ENOENT) return KV_TIER_READ_ABSENT;
-        err_set(msg, -errno, "cannot open '%s': %s", path, strerror(errno));
-        return errno == ELOOP ? KV_TIER_READ_CORRUPT : KV_TIER_READ_ERROR;
-    }
-    enum kv_tier_read_result res = KV_TIER_READ_CORRUPT;
-    struct stat st;
-    if (fstat(fd, &st)) {
-        err_set(msg, -errno, "cannot stat '%s': %s", path, strerror(errno));
-        res = KV_TIER_READ_ERROR;
-        goto out_close;
-    }
-    *dev = st.st_dev;
-    *ino = st.st_ino;
-    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != rec_bytes) {
-        err_set(msg, ERR_FORMAT, "'%s': %lld bytes, a record of this layout has %zu", path,
-                (long long)st.st_size, rec_bytes);
-        goto out_close;
-    }
-    if (cold) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    uint8_t head[KV_TIER_RECORD_HEADER];
-    ssize_t n;
-    if (direct) {
-        size_t cap = (rec_bytes + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
-        if (rd->direct_cap < cap) {
-            free(rd->direct_buf);
-            rd->direct_buf = aligned_alloc(DIRECT_ALIGN, cap);
-            rd->direct_cap = rd->direct_buf ? cap : 0;
-            if (!rd->direct_buf) {
-                err_set(msg, -ENOMEM, "no memory for an O_DIRECT buffer of %zu bytes", cap);
-                res = KV_TIER_READ_ERROR;
-                goto out_close;
-            }
-        }
-        struct iovec v = {rd->direct_buf, cap};
-        n = kv_tier_io_read(io, fd, &v, 1, 0);
-        if (n == (ssize_t)rec_bytes) {
-            memcpy(head, rd->direct_buf, KV_TIER_RECORD_HEADER);
-            memcpy(buf, rd->direct_buf + KV_TIER_RECORD_HEADER, frame_bytes);
-        }
-    } else {
-        struct iovec v[2] = {{head, sizeof(head)}, {buf, frame_bytes}};
-        n = kv_tier_io_read(io, fd, v, 2, 0);
-    }
-    if (cold) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    if (n < 0) {
-        err_set(msg, (int)n, "cannot read '%s': %s", path, strerror((int)-n));
-        res = KV_TIER_READ_ERROR;
-        goto out_close;
-    }
-    if (n != (ssize_t)rec_bytes) {
-        err_set(msg, ERR_FORMAT, "'%s': read %zd of %zu bytes", path, n, rec_bytes);
-        goto out_close;
-    }
-    struct kv_tier_record r;
-    if (kv_tier_record_decode(head, &r, msg)) goto out_close;
-    if (memcmp(r.id, id, 16) != 0 || r.frame_len != frame_bytes) {
-        err_set(msg, ERR_FORMAT, "'%s': the record names another block or length", path);
-        goto out_close;
-    }
-    if (rec) *rec = r;
-    if (r.expires < now) {
-        res = KV_TIER_READ_EXPIRED;
-        goto out_close;
-    }
-    if (kv_frame_check(l, buf, frame_bytes, id, NULL, msg)) goto out_close;
-    res = KV_TIER_READ_HIT;
-out_close:
-    close(fd);
-    return res;
+    struct kv_tier_dir_want w = {.path = path, .id = id, .buf = buf};
+    kv_tier_dir_read_many(rd, io, l, now, &w, 1);
+    if (rec && (w.res == KV_TIER_READ_HIT || w.res == KV_TIER_READ_EXPIRED)) *rec = w.rec;
+    *dev = w.dev;
+    *ino = w.ino;
+    if (msg) *msg = w.msg;
+    return w.res;
 }
 
 int kv_tier_dir_raise_expiry(struct kv_tier_io *io, const char *path, const uint8_t id[16],

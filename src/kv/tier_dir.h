@@ -146,6 +146,30 @@ enum kv_tier_read_result kv_tier_dir_read(struct kv_tier_dir_reader *rd, struct 
                                           struct kv_tier_record *rec, dev_t *dev, ino_t *ino,
                                           struct err_msg *msg);
 
+/* One record of a batched read: path and id in, the rest out. */
+struct kv_tier_dir_want {
+    const char *path;             /* the record of id */
+    const uint8_t *id;            /* the block asked for */
+    void *buf;                    /* (kv_frame_bytes) the frame on HIT */
+    enum kv_tier_read_result res; /* as kv_tier_dir_read returns */
+    struct kv_tier_record rec;    /* the header on HIT and EXPIRED */
+    dev_t dev;                    /* the file read (for an unlink of a CORRUPT one) */
+    ino_t ino;
+    struct err_msg msg; /* what was wrong, where res says so */
+};
+
+/* kv_tier_dir_read of w[0..n) (n <= KV_TIER_IO_DEPTH) at once: every file
+ * opened, then every read in one io_uring submission, then every check. */
+void kv_tier_dir_read_many(struct kv_tier_dir_reader *rd, struct kv_tier_io *io,
+                           const struct kv_frame_layout *l, int64_t now, struct kv_tier_dir_want *w,
+                           int n);
+
+/* Scratch for one batch: the wants and their paths (heap: it is large). */
+struct kv_tier_dir_batch {
+    struct kv_tier_dir_want w[KV_TIER_IO_DEPTH];
+    char path[KV_TIER_IO_DEPTH][PATH_MAX];
+};
+
 /* Rewrites the 56-byte record header of path in place with expiry
  * max(old, expires) (a hit or a put extending a block's life). Returns 0
  * (also when nothing was to raise), ERR_NOT_FOUND (no such file),

@@ -49,18 +49,19 @@
 #include <unistd.h>
 
 struct disk_tier {
-    struct kv_tier base;          /* first: the common head */
-    char dir[PATH_MAX];           /* the directory */
-    struct kv_tier_io *io;        /* the ring */
-    struct kv_tier_dir_reader rd; /* read mode, O_DIRECT buffer */
-    struct kv_tier_index ix;      /* id -> entry, recency order */
-    struct kv_tier_stats st;      /* counters; gauges filled by disk_stats */
-    size_t frame_bytes;           /* every frame's length */
-    size_t rec_bytes;             /* header + frame: every file's length */
-    int lock_fd;                  /* DIR/lock, flocked (-1: none) */
-    int64_t retry_at;             /* unwritable: the first put that tries again */
-    uint64_t fit_bytes;           /* what the filesystem held when it was full (0: not yet) */
-    uint8_t made[32];             /* bit per fan-out subdirectory known to exist */
+    struct kv_tier base;             /* first: the common head */
+    char dir[PATH_MAX];              /* the directory */
+    struct kv_tier_io *io;           /* the ring */
+    struct kv_tier_dir_reader rd;    /* read mode, O_DIRECT buffer */
+    struct kv_tier_index ix;         /* id -> entry, recency order */
+    struct kv_tier_stats st;         /* counters; gauges filled by disk_stats */
+    size_t frame_bytes;              /* every frame's length */
+    size_t rec_bytes;                /* header + frame: every file's length */
+    int lock_fd;                     /* DIR/lock, flocked (-1: none) */
+    int64_t retry_at;                /* unwritable: the first put that tries again */
+    uint64_t fit_bytes;              /* what the filesystem held when it was full (0: not yet) */
+    uint8_t made[32];                /* bit per fan-out subdirectory known to exist */
+    struct kv_tier_dir_batch *batch; /* get_run's scratch */
 };
 
 static struct disk_tier *disk_of(struct kv_tier *t)
@@ -228,6 +229,52 @@ static int disk_put(struct kv_tier *t, const uint8_t id[16], const void *frame, 
     return 0;
 }
 
+/* A verified read of e: counted, used; with touch, chained after parent
+ * and its expiry raised to expires. */
+static void hit(struct disk_tier *d, struct kv_tier_entry *e, const uint8_t *parent, bool touch,
+                int64_t expires, int64_t now, double ms)
+{
+    kv_tier_index_used(&d->ix, e);
+    d->st.hits++;
+    d->st.bytes_read += d->frame_bytes;
+    kv_tier_stats_add_latency(&d->st, ms);
+    if (!touch) return;
+    kv_tier_index_chain(&d->ix, e, parent);
+    if (expires <= e->expires) return;
+    char path[PATH_MAX];
+    kv_tier_dir_path(d->dir, e->id, path);
+    int rc = kv_tier_dir_raise_expiry(d->io, path, e->id, expires, NULL);
+    if (rc == 0)
+        e->expires = expires;
+    else if (rc == ERR_NOT_FOUND || rc == ERR_FORMAT)
+        drop(d, e, now, rc == ERR_FORMAT);
+}
+
+/* A read of e that gave no frame (w->res is not HIT): the index follows
+ * what the file turned out to be. */
+static void not_read(struct disk_tier *d, struct kv_tier_entry *e, const struct kv_tier_dir_want *w,
+                     int64_t now)
+{
+    switch (w->res) {
+    case KV_TIER_READ_HIT:
+        break;
+    case KV_TIER_READ_ABSENT: /* removed under us (kv gc, an operator) */
+        kv_tier_index_remove(&d->ix, e);
+        break;
+    case KV_TIER_READ_EXPIRED:
+        e->expires = w->rec.expires;
+        drop(d, e, now, false);
+        break;
+    case KV_TIER_READ_CORRUPT:
+        log_warn("kv tier disk: block dropped: %s", w->msg.text);
+        drop(d, e, now, true);
+        break;
+    case KV_TIER_READ_ERROR: /* an I/O error: keep the file, a later read may work */
+        log_warn("kv tier disk: %s", w->msg.text);
+        break;
+    }
+}
+
 static ssize_t disk_get(struct kv_tier *t, const uint8_t id[16], void *buf, size_t cap, int64_t now)
 {
     struct disk_tier *d = disk_of(t);
@@ -240,35 +287,56 @@ static ssize_t disk_get(struct kv_tier *t, const uint8_t id[16], void *buf, size
     }
     char path[PATH_MAX];
     kv_tier_dir_path(d->dir, id, path);
-    struct err_msg m = {{0}};
-    struct kv_tier_record r;
-    dev_t dev;
-    ino_t ino;
-    switch (kv_tier_dir_read(&d->rd, d->io, path, &t->layout, id, now, buf, &r, &dev, &ino, &m)) {
-    case KV_TIER_READ_HIT:
-        kv_tier_index_used(&d->ix, e);
-        d->st.hits++;
-        d->st.bytes_read += d->frame_bytes;
-        kv_tier_stats_add_latency(&d->st, (time_now_s() - t0) * 1e3);
+    struct kv_tier_dir_want w = {.path = path, .id = id, .buf = buf};
+    kv_tier_dir_read_many(&d->rd, d->io, &t->layout, now, &w, 1);
+    if (w.res == KV_TIER_READ_HIT) {
+        hit(d, e, NULL, false, 0, now, (time_now_s() - t0) * 1e3);
         return (ssize_t)d->frame_bytes;
-    case KV_TIER_READ_ABSENT: /* removed under us (kv gc, an operator) */
-        kv_tier_index_remove(&d->ix, e);
-        break;
-    case KV_TIER_READ_EXPIRED:
-        e->expires = r.expires;
-        drop(d, e, now, false);
-        break;
-    case KV_TIER_READ_CORRUPT:
-        log_warn("kv tier disk: block dropped: %s", m.text);
-        drop(d, e, now, true);
-        break;
-    case KV_TIER_READ_ERROR: /* an I/O error: keep the file, a later read may work */
-        log_warn("kv tier disk: %s", m.text);
-        break;
     }
+    not_read(d, e, &w, now);
 miss:
     d->st.misses++;
     return 0;
+}
+
+static int disk_get_run(struct kv_tier *t, const uint8_t (*ids)[16], int n, uint8_t *out,
+                        int64_t expires, int64_t now, const uint8_t *parent)
+{
+    struct disk_tier *d = disk_of(t);
+    struct kv_tier_dir_batch *b = d->batch;
+    int done = 0;
+    while (done < n) {
+        /* the next batch: leading ids the index holds, unexpired */
+        struct kv_tier_entry *e[KV_TIER_IO_DEPTH];
+        int m = 0;
+        while (m < KV_TIER_IO_DEPTH && done + m < n) {
+            const uint8_t *id = ids[done + m];
+            struct kv_tier_entry *x = kv_tier_index_find(&d->ix, id);
+            if (!x) break;
+            if (x->expires < now) {
+                drop(d, x, now, false);
+                break;
+            }
+            kv_tier_dir_path(d->dir, id, b->path[m]);
+            b->w[m] = (struct kv_tier_dir_want){
+                .path = b->path[m], .id = id, .buf = out + d->frame_bytes * (size_t)(done + m)};
+            e[m++] = x;
+        }
+        if (!m) break;
+        double t0 = time_now_s();
+        kv_tier_dir_read_many(&d->rd, d->io, &t->layout, now, b->w, m);
+        double ms = (time_now_s() - t0) * 1e3 / m;
+        int k = 0;
+        for (; k < m && b->w[k].res == KV_TIER_READ_HIT; k++)
+            hit(d, e[k], done + k ? ids[done + k - 1] : parent, true, expires, now, ms);
+        if (k < m) {
+            not_read(d, e[k], &b->w[k], now);
+            d->st.misses++;
+        }
+        done += k;
+        if (k < m) break;
+    }
+    return done;
 }
 
 static bool disk_has(struct kv_tier *t, const uint8_t id[16], int64_t now)
@@ -311,12 +379,14 @@ static void disk_close(struct kv_tier *t)
     kv_tier_dir_reader_release(&d->rd);
     kv_tier_io_free(d->io);
     if (d->lock_fd >= 0) close(d->lock_fd); /* releases the flock */
+    free(d->batch);
     free(d);
 }
 
 static const struct kv_tier_ops disk_ops = {
     .put = disk_put,
     .get = disk_get,
+    .get_run = disk_get_run,
     .has = disk_has,
     .touch = disk_touch,
     .stats = disk_stats,
@@ -425,6 +495,7 @@ int kv_tier_disk_open(const char *dir, const struct kv_frame_layout *l, uint64_t
     d->frame_bytes = kv_frame_bytes(l);
     d->rec_bytes = KV_TIER_RECORD_HEADER + d->frame_bytes;
     d->st.writable = true;
+    d->batch = xmalloc(sizeof(*d->batch));
     kv_tier_index_init(&d->ix, policy);
     rc = take_lock(d, msg);
     if (rc) goto err_free;
@@ -464,6 +535,7 @@ err_free_found:
     kv_tier_io_free(d->io);
     if (d->lock_fd >= 0) close(d->lock_fd);
 err_free:
+    free(d->batch);
     free(d);
     return rc;
 }

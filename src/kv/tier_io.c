@@ -132,20 +132,18 @@ int kv_tier_io_fsync(struct kv_tier_io *io, int fd)
     return run_one(io);
 }
 
-void kv_tier_io_read_many(struct kv_tier_io *io, int n, const int *fds, void *const *bufs,
-                          size_t len, ssize_t *res)
+void kv_tier_io_readv_many(struct kv_tier_io *io, int n, const int *fds, const struct iovec *iov,
+                           int niov, ssize_t *res)
 {
-    CHECK(n >= 0 && n <= KV_TIER_IO_DEPTH);
+    CHECK(n >= 0 && n <= KV_TIER_IO_DEPTH && niov >= 1 && niov <= 4);
     if (!io->uring) {
-        for (int i = 0; i < n; i++) {
-            struct iovec v = {bufs[i], len};
-            res[i] = kv_tier_io_read(io, fds[i], &v, 1, 0);
-        }
+        for (int i = 0; i < n; i++)
+            res[i] = kv_tier_io_read(io, fds[i], iov + (size_t)i * niov, niov, 0);
         return;
     }
     for (int i = 0; i < n; i++) {
         struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
-        io_uring_prep_read(sqe, fds[i], bufs[i], (unsigned)len, 0);
+        io_uring_prep_readv(sqe, fds[i], iov + (size_t)i * niov, (unsigned)niov, 0);
         io_uring_sqe_set_data64(sqe, (uint64_t)i);
         res[i] = -EIO;
     }
@@ -166,16 +164,33 @@ void kv_tier_io_read_many(struct kv_tier_io *io, int n, const int *fds, void *co
         res[io_uring_cqe_get_data64(cqe)] = cqe->res;
         io_uring_cqe_seen(&io->ring, cqe);
     }
-    /* A short read of a header (a signal, a pipe-like file) is finished
-     * one by one; end of file stays short. */
+    /* A short read (a signal, a pipe-like file) is finished one by one;
+     * end of file stays short. */
     for (int i = 0; i < n; i++) {
-        if (res[i] >= 0 && (size_t)res[i] < len) {
-            struct iovec v = {(uint8_t *)bufs[i] + res[i], len - (size_t)res[i]};
-            ssize_t more = kv_tier_io_read(io, fds[i], &v, 1, res[i]);
+        const struct iovec *v = iov + (size_t)i * niov;
+        if (res[i] >= 0) {
+            size_t want = 0;
+            for (int k = 0; k < niov; k++)
+                want += v[k].iov_len;
+            if ((size_t)res[i] >= want) continue;
+            struct iovec rest[4];
+            memcpy(rest, v, (size_t)niov * sizeof(*v));
+            int left = niov;
+            advance(rest, &left, (size_t)res[i]);
+            ssize_t more = kv_tier_io_read(io, fds[i], rest, left, res[i]);
             res[i] = more < 0 ? more : res[i] + more;
         } else if (res[i] == -EINTR || res[i] == -EAGAIN) {
-            struct iovec v = {bufs[i], len};
-            res[i] = kv_tier_io_read(io, fds[i], &v, 1, 0);
+            res[i] = kv_tier_io_read(io, fds[i], v, niov, 0);
         }
     }
+}
+
+void kv_tier_io_read_many(struct kv_tier_io *io, int n, const int *fds, void *const *bufs,
+                          size_t len, ssize_t *res)
+{
+    CHECK(n >= 0 && n <= KV_TIER_IO_DEPTH);
+    struct iovec v[KV_TIER_IO_DEPTH];
+    for (int i = 0; i < n; i++)
+        v[i] = (struct iovec){bufs[i], len};
+    kv_tier_io_readv_many(io, n, fds, v, 1, res);
 }

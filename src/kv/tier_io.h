@@ -46,6 +46,10 @@ int kv_tier_io_fsync(struct kv_tier_io *io, int fd);
 /* Reads len bytes at offset 0 of each fds[i] into bufs[i], all at once;
  * res[i] = bytes read (short at end of file) or a negated errno. n <=
  * KV_TIER_IO_DEPTH. */
+/* The same with niov (1..4) iovecs per file: file i reads into
+ * iov[i * niov .. i * niov + niov) from offset 0. */
+void kv_tier_io_readv_many(struct kv_tier_io *io, int n, const int *fds, const struct iovec *iov,
+                           int niov, ssize_t *res);
 void kv_tier_io_read_many(struct kv_tier_io *io, int n, const int *fds, void *const *bufs,
                           size_t len, ssize_t *res);
 

@@ -176,6 +176,44 @@ static int redis_put(struct kv_tier *base, const uint8_t id[16], const void *fra
     return rc;
 }
 
+/* Checks a GET reply for id: 1 with the frame copied to buf (cap bytes)
+ * and *rec filled, or 0 for a miss (counted; a bad or expired value is
+ * deleted). Frees nothing. */
+static int take_value(struct redis_tier *t, const redisReply *r, const uint8_t id[16], void *buf,
+                      size_t cap, int64_t now, struct kv_tier_record *rec)
+{
+    if (r->type != REDIS_REPLY_STRING) {
+        t->st.misses++;
+        return 0;
+    }
+    char key[160];
+    struct err_msg m = {{0}};
+    const uint8_t *v = (const uint8_t *)r->str;
+    bool sound = r->len >= KV_TIER_RECORD_HEADER && kv_tier_record_decode(v, rec, &m) == 0 &&
+                 memcmp(rec->id, id, 16) == 0 && rec->frame_len == r->len - KV_TIER_RECORD_HEADER &&
+                 rec->frame_len <= cap;
+    if (sound && rec->expires <= now) {
+        t->st.expirations++;
+        t->st.misses++;
+        key_of(t, id, key, sizeof(key));
+        del(t, key);
+        return 0;
+    }
+    /* copied first, checked where it lands: the bytes handed out are the
+     * bytes verified */
+    if (sound) memcpy(buf, v + KV_TIER_RECORD_HEADER, rec->frame_len);
+    if (!sound || kv_frame_check(&t->base.layout, buf, rec->frame_len, id, NULL, &m) != 0) {
+        t->st.corrupt++;
+        t->st.misses++;
+        key_of(t, id, key, sizeof(key));
+        del(t, key);
+        return 0;
+    }
+    t->st.hits++;
+    t->st.bytes_read += rec->frame_len;
+    return 1;
+}
+
 static ssize_t redis_get(struct kv_tier *base, const uint8_t id[16], void *buf, size_t cap,
                          int64_t now)
 {
@@ -189,40 +227,91 @@ static ssize_t redis_get(struct kv_tier *base, const uint8_t id[16], void *buf, 
         t->st.misses++;
         return 0;
     }
-    if (r->type != REDIS_REPLY_STRING) {
-        freeReplyObject(r);
-        t->st.misses++;
-        return 0;
-    }
     struct kv_tier_record rec;
-    struct err_msg m = {{0}};
-    const uint8_t *v = (const uint8_t *)r->str;
-    bool sound = r->len >= KV_TIER_RECORD_HEADER && kv_tier_record_decode(v, &rec, &m) == 0 &&
-                 memcmp(rec.id, id, 16) == 0 && rec.frame_len == r->len - KV_TIER_RECORD_HEADER &&
-                 rec.frame_len <= cap &&
-                 kv_frame_check(&t->base.layout, v + KV_TIER_RECORD_HEADER, rec.frame_len, id, NULL,
-                                &m) == 0;
-    if (!sound) {
-        freeReplyObject(r);
-        t->st.corrupt++;
-        t->st.misses++;
-        del(t, key);
-        return 0;
-    }
-    if (rec.expires <= now) {
-        freeReplyObject(r);
-        t->st.expirations++;
-        t->st.misses++;
-        del(t, key);
-        return 0;
-    }
-    memcpy(buf, v + KV_TIER_RECORD_HEADER, rec.frame_len);
-    ssize_t n = (ssize_t)rec.frame_len;
+    int ok = take_value(t, r, id, buf, cap, now, &rec);
     freeReplyObject(r);
-    t->st.hits++;
-    t->st.bytes_read += (uint64_t)n;
+    if (!ok) return 0;
     kv_tier_stats_add_latency(&t->st, (time_now_s() - t0) * 1e3);
-    return n;
+    return (ssize_t)rec.frame_len;
+}
+
+/* Replies to the n commands last appended; false (connection marked down,
+ * r[] freed) when they did not all come. */
+static bool replies(struct redis_tier *t, redisReply **r, int n)
+{
+    for (int i = 0; i < n; i++) {
+        void *x = NULL;
+        if (redisGetReply(t->c, &x) != REDIS_OK || !x) {
+            char why[160];
+            snprintf(why, sizeof(why), "%s", t->c->errstr[0] ? t->c->errstr : "connection lost");
+            for (int k = 0; k < i; k++)
+                freeReplyObject(r[k]);
+            mark_down(t, why);
+            return false;
+        }
+        r[i] = x;
+    }
+    return true;
+}
+
+enum { REDIS_PIPELINE = 32 };
+
+/* A pipeline of GETs per batch, then one of SETRANGE + PEXPIRE for the
+ * hits whose expiry rises. */
+static int redis_get_run(struct kv_tier *base, const uint8_t (*ids)[16], int n, uint8_t *out,
+                         int64_t expires, int64_t now, const uint8_t *parent)
+{
+    (void)parent;
+    struct redis_tier *t = (struct redis_tier *)base;
+    int done = 0;
+    while (done < n && connected(t)) {
+        int m = MIN(n - done, REDIS_PIPELINE);
+        char key[REDIS_PIPELINE][160];
+        double t0 = time_now_s();
+        for (int k = 0; k < m; k++) {
+            key_of(t, ids[done + k], key[k], sizeof(key[k]));
+            const char *argv[] = {"GET", key[k]};
+            redisAppendCommandArgv(t->c, 2, argv, NULL);
+        }
+        redisReply *r[REDIS_PIPELINE];
+        if (!replies(t, r, m)) break;
+        int k = 0;
+        struct kv_tier_record rec[REDIS_PIPELINE];
+        for (; k < m; k++)
+            if (!take_value(t, r[k], ids[done + k], out + t->frame_bytes * (size_t)(done + k),
+                            t->frame_bytes, now, &rec[k]))
+                break;
+        for (int i = 0; i < m; i++)
+            freeReplyObject(r[i]);
+        double ms = (time_now_s() - t0) * 1e3 / MAX(k, 1);
+        for (int i = 0; i < k; i++)
+            kv_tier_stats_add_latency(&t->st, ms);
+        /* raise the expiries that need it, from the headers just read */
+        int raised = 0;
+        for (int i = 0; i < k && t->c; i++) {
+            if (rec[i].expires >= expires) continue;
+            rec[i].expires = expires;
+            uint8_t hdr[KV_TIER_RECORD_HEADER];
+            kv_tier_record_encode(&rec[i], hdr);
+            const char *sa[] = {"SETRANGE", key[i], "0", (const char *)hdr};
+            size_t sl[] = {8, strlen(key[i]), 1, sizeof(hdr)};
+            redisAppendCommandArgv(t->c, 4, sa, sl);
+            char ms_s[32];
+            snprintf(ms_s, sizeof(ms_s), "%lld", (long long)(expires - now) * 1000);
+            const char *pa[] = {"PEXPIRE", key[i], ms_s, "GT"};
+            redisAppendCommandArgv(t->c, 4, pa, NULL);
+            raised += 2;
+        }
+        for (int i = 0; i < raised; i += REDIS_PIPELINE) {
+            int c = MIN(raised - i, REDIS_PIPELINE);
+            if (!replies(t, r, c)) break;
+            for (int j = 0; j < c; j++)
+                freeReplyObject(r[j]);
+        }
+        done += k;
+        if (k < m) break;
+    }
+    return done;
 }
 
 static bool redis_has(struct kv_tier *base, const uint8_t id[16], int64_t now)
@@ -267,6 +356,7 @@ static void redis_close(struct kv_tier *base)
 }
 
 static const struct kv_tier_ops redis_ops = {.put = redis_put,
+                                             .get_run = redis_get_run,
                                              .get = redis_get,
                                              .has = redis_has,
                                              .touch = redis_touch,

@@ -29,16 +29,17 @@
 #include <unistd.h>
 
 struct shared_tier {
-    struct kv_tier base;          /* first: the common head */
-    char dir[PATH_MAX];           /* the directory */
-    char host[64];                /* this host's name, for temporary names */
-    struct kv_tier_io *io;        /* the ring */
-    struct kv_tier_dir_reader rd; /* read mode, O_DIRECT buffer */
-    struct kv_tier_stats st;      /* counters; gauges from the last gc pass and our puts */
-    size_t frame_bytes;           /* every frame's length */
-    uint64_t n_tmp;               /* temporary names used */
-    int64_t next_gc;              /* unix seconds of the next gc pass */
-    int64_t retry_at;             /* unwritable: the first put that tries again */
+    struct kv_tier base;             /* first: the common head */
+    char dir[PATH_MAX];              /* the directory */
+    char host[64];                   /* this host's name, for temporary names */
+    struct kv_tier_io *io;           /* the ring */
+    struct kv_tier_dir_reader rd;    /* read mode, O_DIRECT buffer */
+    struct kv_tier_stats st;         /* counters; gauges from the last gc pass and our puts */
+    size_t frame_bytes;              /* every frame's length */
+    uint64_t n_tmp;                  /* temporary names used */
+    int64_t next_gc;                 /* unix seconds of the next gc pass */
+    int64_t retry_at;                /* unwritable: the first put that tries again */
+    struct kv_tier_dir_batch *batch; /* get_run's scratch */
 };
 
 static struct shared_tier *shared_of(struct kv_tier *t)
@@ -154,6 +155,36 @@ static int shared_put(struct kv_tier *t, const uint8_t id[16], const void *frame
     return 0;
 }
 
+/* Counts a read that gave no frame, and removes a corrupt file. */
+static void not_read(struct shared_tier *s, const struct kv_tier_dir_want *w)
+{
+    switch (w->res) {
+    case KV_TIER_READ_HIT:
+        return;
+    case KV_TIER_READ_EXPIRED:
+        s->st.expirations++;
+        break;
+    case KV_TIER_READ_CORRUPT:
+        s->st.corrupt++;
+        log_warn("kv tier shared %s: dropped %s: %s", s->dir, w->path, w->msg.text);
+        kv_tier_dir_unlink(w->path, w->dev, w->ino);
+        break;
+    case KV_TIER_READ_ERROR:
+        log_warn("kv tier shared %s: %s", s->dir, w->msg.text);
+        break;
+    case KV_TIER_READ_ABSENT:
+        break;
+    }
+    s->st.misses++;
+}
+
+static void hit(struct shared_tier *s, double ms)
+{
+    s->st.hits++;
+    s->st.bytes_read += s->frame_bytes;
+    kv_tier_stats_add_latency(&s->st, ms);
+}
+
 static ssize_t shared_get(struct kv_tier *t, const uint8_t id[16], void *buf, size_t cap,
                           int64_t now)
 {
@@ -162,34 +193,49 @@ static ssize_t shared_get(struct kv_tier *t, const uint8_t id[16], void *buf, si
     double t0 = time_now_s();
     char path[PATH_MAX];
     kv_tier_dir_path(s->dir, id, path);
-    struct kv_tier_record rec;
-    dev_t dev = 0;
-    ino_t ino = 0;
-    struct err_msg m = {{0}};
-    enum kv_tier_read_result res =
-        kv_tier_dir_read(&s->rd, s->io, path, &t->layout, id, now, buf, &rec, &dev, &ino, &m);
-    switch (res) {
-    case KV_TIER_READ_HIT:
-        s->st.hits++;
-        s->st.bytes_read += s->frame_bytes;
-        kv_tier_stats_add_latency(&s->st, (time_now_s() - t0) * 1e3);
-        return (ssize_t)s->frame_bytes;
-    case KV_TIER_READ_EXPIRED:
-        s->st.expirations++;
-        break;
-    case KV_TIER_READ_CORRUPT:
-        s->st.corrupt++;
-        log_warn("kv tier shared %s: dropped %s: %s", s->dir, path, m.text);
-        kv_tier_dir_unlink(path, dev, ino);
-        break;
-    case KV_TIER_READ_ERROR:
-        log_warn("kv tier shared %s: %s", s->dir, m.text);
-        break;
-    case KV_TIER_READ_ABSENT:
-        break;
+    struct kv_tier_dir_want w = {.path = path, .id = id, .buf = buf};
+    kv_tier_dir_read_many(&s->rd, s->io, &t->layout, now, &w, 1);
+    if (w.res != KV_TIER_READ_HIT) {
+        not_read(s, &w);
+        return 0;
     }
-    s->st.misses++;
-    return 0;
+    hit(s, (time_now_s() - t0) * 1e3);
+    return (ssize_t)s->frame_bytes;
+}
+
+/* The filesystem is the index: a batch reads the next files that may be
+ * there and keeps the leading ones that were. */
+static int shared_get_run(struct kv_tier *t, const uint8_t (*ids)[16], int n, uint8_t *out,
+                          int64_t expires, int64_t now, const uint8_t *parent)
+{
+    (void)parent;
+    struct shared_tier *s = shared_of(t);
+    struct kv_tier_dir_batch *b = s->batch;
+    int done = 0;
+    while (done < n) {
+        int m = MIN(n - done, KV_TIER_IO_DEPTH);
+        for (int k = 0; k < m; k++) {
+            kv_tier_dir_path(s->dir, ids[done + k], b->path[k]);
+            b->w[k] = (struct kv_tier_dir_want){.path = b->path[k],
+                                                .id = ids[done + k],
+                                                .buf = out + s->frame_bytes * (size_t)(done + k)};
+        }
+        double t0 = time_now_s();
+        kv_tier_dir_read_many(&s->rd, s->io, &t->layout, now, b->w, m);
+        int k = 0;
+        while (k < m && b->w[k].res == KV_TIER_READ_HIT)
+            k++;
+        double ms = (time_now_s() - t0) * 1e3 / MAX(k, 1);
+        for (int i = 0; i < k; i++) {
+            hit(s, ms);
+            if (expires > b->w[i].rec.expires)
+                kv_tier_dir_raise_expiry(s->io, b->path[i], ids[done + i], expires, NULL);
+        }
+        if (k < m && b->w[k].res != KV_TIER_READ_ABSENT) not_read(s, &b->w[k]);
+        done += k;
+        if (k < m) break;
+    }
+    return done;
 }
 
 static bool shared_has(struct kv_tier *t, const uint8_t id[16], int64_t now)
@@ -224,11 +270,13 @@ static void shared_close(struct kv_tier *t)
     struct shared_tier *s = shared_of(t);
     kv_tier_dir_reader_release(&s->rd);
     kv_tier_io_free(s->io);
+    free(s->batch);
     free(s);
 }
 
 static const struct kv_tier_ops shared_ops = {.put = shared_put,
                                               .get = shared_get,
+                                              .get_run = shared_get_run,
                                               .has = shared_has,
                                               .touch = shared_touch,
                                               .stats = shared_stats,
@@ -258,6 +306,7 @@ int kv_tier_shared_open(const char *dir, const struct kv_frame_layout *l, uint64
     s->base.layout = *l;
     s->frame_bytes = kv_frame_bytes(l);
     s->io = kv_tier_io_new();
+    s->batch = xmalloc(sizeof(*s->batch));
     s->st.capacity_bytes = capacity_bytes;
     s->st.writable = true;
     gc_pass(s, now);

@@ -15,6 +15,7 @@
 
 #include "base/check.h"
 #include "base/log.h"
+#include "base/timeutil.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -175,6 +176,7 @@ static void kv_loaded(struct runner *r, struct thread_state *t)
             struct live *lv = find_live(t, l->tag);
             if (lv) {
                 int imported = 0;
+                double t0 = time_now_s();
                 for (int b = 0; b < l->n_frames; b++) {
                     const uint8_t *f = l->frames + r->kv.frame_bytes * (size_t)b;
                     char err[256];
@@ -191,12 +193,14 @@ static void kv_loaded(struct runner *r, struct thread_state *t)
                     lv->own->tier_blocks[i] += got;
                     left -= got;
                 }
-                log_debug("kv tiers: request %llu: %d of %d blocks loaded in %.1f ms%s",
+                log_debug("kv tiers: request %llu: %d of %d blocks loaded in %.1f ms, imported in "
+                          "%.1f ms%s",
                           (unsigned long long)l->tag, imported, l->n_want, l->ms,
+                          (time_now_s() - t0) * 1e3,
                           l->cost_stop ? " (the rest is cheaper to recompute)" : "");
                 inferd_kv_release_hold(r->engine, l->tag);
             }
-            kv_chain_load_free(l);
+            kv_chain_load_free(r->kv.chain, l);
         }
     }
 }

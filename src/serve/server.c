@@ -201,7 +201,12 @@ static int open_tiers(struct server *s, const struct serve_config *cfg, struct e
     }
     struct kv_frame_layout l;
     inferd_kv_frame_layout(s->engine, l.fingerprint, &l.n_layer, &l.layer_bytes);
-    struct kv_chain_opts o = {.wake = runner_kv_wake, .wake_ctx = &s->runner};
+    /* staging for the longest prompt a request can bring */
+    size_t blocks = (size_t)(s->max_ctx + inferd_engine_block_tokens(s->engine) - 1) /
+                    (size_t)inferd_engine_block_tokens(s->engine);
+    struct kv_chain_opts o = {.wake = runner_kv_wake,
+                              .wake_ctx = &s->runner,
+                              .staging_bytes = blocks * kv_frame_bytes(&l)};
     int rc = kv_chain_new(&l, &o, &s->kv_chain, msg);
     if (rc) return rc;
     for (int i = 0; i < n; i++) {
@@ -370,9 +375,9 @@ static int load(struct server *s, const struct serve_config *cfg, struct err_msg
     }
     if ((rc = inferd_engine_new(s->model, &ec, &s->engine, err, sizeof(err))))
         return err_set(msg, rc, "engine: %s", err);
-    if ((rc = open_tiers(s, cfg, msg))) return rc;
     int train = inferd_model_n_ctx_train(s->model);
     s->max_ctx = cfg->max_ctx ? cfg->max_ctx : MIN(train, 4096);
+    if ((rc = open_tiers(s, cfg, msg))) return rc;
     prompt_bound(s);
     if ((rc = store_open(cfg->data_dir, cfg->store_ttl_s, cfg->store_max_bytes, &s->store, msg)))
         return rc;

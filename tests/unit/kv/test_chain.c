@@ -11,9 +11,12 @@
 #include "base/err.h"
 #include "kv/chain.h"
 #include "kv/spec.h"
+#include "kv/tier_dir.h"
 #include "kv/tiers.h"
 
+#include <limits.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -107,7 +110,7 @@ TEST(load_takes_the_leading_run_across_tiers)
         frame_of(&l, k, f, ids[k]);
         EXPECT(memcmp(r.frames + fb * (size_t)k, f, fb) == 0);
     }
-    kv_chain_load_free(&r);
+    kv_chain_load_free(c, &r);
 
     /* the cost rule: a tier that costs more per block than recomputing
      * one is not read */
@@ -115,14 +118,14 @@ TEST(load_takes_the_leading_run_across_tiers)
     EXPECT(wait_load(c, &r));
     EXPECT_EQ_INT(r.n_frames, 0);
     EXPECT(r.cost_stop);
-    kv_chain_load_free(&r);
+    kv_chain_load_free(c, &r);
 
     /* expiry: past it, every tier misses */
     __atomic_store_n(&fake_now, fake_now + 2 * 86400, __ATOMIC_SEQ_CST);
     kv_chain_load(c, 79, (const uint8_t(*)[16])ids, 4, 0, fake_now + 60);
     EXPECT(wait_load(c, &r));
     EXPECT_EQ_INT(r.n_frames, 0);
-    kv_chain_load_free(&r);
+    kv_chain_load_free(c, &r);
     struct kv_chain_stats s;
     kv_chain_snapshot(c, &s);
     EXPECT_EQ_INT(s.n_tiers, 2);
@@ -133,6 +136,137 @@ TEST(load_takes_the_leading_run_across_tiers)
     kv_chain_free(c);
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    EXPECT_EQ_INT(system(cmd), 0);
+}
+
+/* Flips one payload byte of id's record under dir (disk and shared layout). */
+static void corrupt_record(const char *d, const uint8_t id[16])
+{
+    char path[PATH_MAX];
+    kv_tier_dir_path(d, id, path);
+    FILE *fp = fopen(path, "r+b");
+    EXPECT(fp != NULL);
+    if (!fp) return;
+    fseek(fp, KV_TIER_RECORD_HEADER + KV_FRAME_HEADER + 10, SEEK_SET);
+    int ch = fgetc(fp);
+    fseek(fp, KV_TIER_RECORD_HEADER + KV_FRAME_HEADER + 10, SEEK_SET);
+    fputc(ch ^ 0x40, fp);
+    fclose(fp);
+}
+
+/* get_run over a directory tier holding blocks 1..100 with block 81's
+ * record corrupt: two batches and part of a third, bitwise, stopping
+ * before 81; the hits' expiries raised on disk. */
+static void check_dir_get_run(struct kv_tier *t, const char *d)
+{
+    const struct kv_frame_layout l = t->layout;
+    const size_t fb = kv_frame_bytes(&l);
+    const int64_t now = 1700000000;
+    enum { N = 100 };
+    uint8_t ids[N][16], *f = malloc(fb), *out = malloc(fb * N);
+    for (int k = 0; k < N; k++) {
+        frame_of(&l, k + 1, f, ids[k]);
+        EXPECT_EQ_INT(t->ops->put(t, ids[k], f, fb, now + 3600, now, k ? ids[k - 1] : NULL), 0);
+    }
+    corrupt_record(d, ids[80]);
+    struct kv_tier_stats s0, s1;
+    t->ops->stats(t, &s0);
+    EXPECT_EQ_INT(t->ops->get_run(t, (const uint8_t(*)[16])ids, N, out, now + 7200, now, NULL), 80);
+    for (int k = 0; k < 80; k++) {
+        frame_of(&l, k + 1, f, ids[k]);
+        EXPECT(memcmp(out + fb * (size_t)k, f, fb) == 0);
+    }
+    t->ops->stats(t, &s1);
+    EXPECT_EQ_INT(s1.hits - s0.hits, 80);
+    EXPECT_EQ_INT(s1.corrupt - s0.corrupt, 1);
+    /* the expiry of a hit was raised in its record */
+    char path[PATH_MAX];
+    kv_tier_dir_path(d, ids[5], path);
+    struct kv_tier_dir_reader rd = {0};
+    struct kv_tier_io *io = kv_tier_io_new();
+    struct kv_tier_dir_want w = {.path = path, .id = ids[5], .buf = f};
+    kv_tier_dir_read_many(&rd, io, &l, now, &w, 1);
+    EXPECT_EQ_INT(w.res, KV_TIER_READ_HIT);
+    EXPECT_EQ_INT(w.rec.expires, now + 7200);
+    /* the corrupt record is gone; the rest still loads, from its own start */
+    kv_tier_dir_path(d, ids[80], path);
+    EXPECT(access(path, F_OK) != 0);
+    EXPECT_EQ_INT(
+        t->ops->get_run(t, (const uint8_t(*)[16])ids + 81, N - 81, out, now + 60, now, ids[80]),
+        N - 81);
+    frame_of(&l, N, f, ids[N - 1]);
+    EXPECT(memcmp(out + fb * (size_t)(N - 82), f, fb) == 0);
+    /* past their expiry, nothing */
+    EXPECT_EQ_INT(t->ops->get_run(t, (const uint8_t(*)[16])ids, 10, out, 0, now + 8000, NULL), 0);
+    kv_tier_io_free(io);
+    kv_tier_dir_reader_release(&rd);
+    free(out);
+    free(f);
+}
+
+TEST(get_run_batches_reads_and_stops_at_a_bad_record)
+{
+    struct kv_frame_layout l = layout();
+    struct err_msg msg = {{0}};
+    char d[300], cmd[400];
+    snprintf(d, sizeof(d), "/tmp/inferd-test-getrun-%d", (int)getpid());
+    struct kv_tier *t;
+    EXPECT_EQ_INT(
+        kv_tier_disk_open(d, &l, 1 << 20, &(struct kv_tier_policy){0}, 1700000000, &t, &msg), 0);
+    check_dir_get_run(t, d);
+    t->ops->close(t);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+    EXPECT_EQ_INT(system(cmd), 0);
+    EXPECT_EQ_INT(kv_tier_shared_open(d, &l, 1 << 20, 1700000000, &t, &msg), 0);
+    check_dir_get_run(t, d);
+    t->ops->close(t);
+    EXPECT_EQ_INT(system(cmd), 0);
+}
+
+/* A load whose blocks sit in two tiers takes each from the first that holds
+ * it, in runs: RAM holds block 3, disk all six. */
+TEST(load_switches_tiers_inside_a_run)
+{
+    struct kv_frame_layout l = layout();
+    const size_t fb = kv_frame_bytes(&l);
+    struct err_msg msg = {{0}};
+    struct kv_chain_opts o = {.now = clock_fn};
+    struct kv_chain *c;
+    EXPECT_EQ_INT(kv_chain_new(&l, &o, &c, &msg), 0);
+    struct kv_tier *ram, *disk;
+    EXPECT_EQ_INT(kv_tier_ram_open(&l, 1 << 20, &(struct kv_tier_policy){0}, &ram, &msg), 0);
+    char d[300];
+    snprintf(d, sizeof(d), "/tmp/inferd-test-chain2-%d", (int)getpid());
+    EXPECT_EQ_INT(
+        kv_tier_disk_open(d, &l, 1 << 20, &(struct kv_tier_policy){0}, fake_now, &disk, &msg), 0);
+    struct kv_chain_tier_cfg back = {.write = KV_WRITE_BACK}, thru = {.write = KV_WRITE_THROUGH};
+    EXPECT_EQ_INT(kv_chain_add(c, ram, &back, &msg), 0);
+    EXPECT_EQ_INT(kv_chain_add(c, disk, &thru, &msg), 0);
+    EXPECT_EQ_INT(kv_chain_start(c, &msg), 0);
+    uint8_t *f = malloc(fb), ids[6][16];
+    for (int k = 0; k < 6; k++) {
+        frame_of(&l, 20 + k, f, ids[k]);
+        EXPECT(kv_chain_put(c, ids[k], f, fb, fake_now + 3600, false, 10, k ? ids[k - 1] : NULL));
+        if (k == 3) EXPECT(kv_chain_put(c, ids[k], f, fb, fake_now + 3600, true, 10, ids[2]));
+    }
+    drain(c);
+    struct kv_chain_load r;
+    for (int round = 0; round < 2; round++) { /* the second reuses the first's buffer */
+        kv_chain_load(c, 90 + round, (const uint8_t(*)[16])ids, 6, 0, fake_now + 7200);
+        EXPECT(wait_load(c, &r));
+        EXPECT_EQ_INT(r.n_frames, 6);
+        EXPECT_EQ_INT(r.by_tier[0], 1);
+        EXPECT_EQ_INT(r.by_tier[1], 5);
+        for (int k = 0; k < 6; k++) {
+            frame_of(&l, 20 + k, f, ids[k]);
+            EXPECT(memcmp(r.frames + fb * (size_t)k, f, fb) == 0);
+        }
+        kv_chain_load_free(c, &r);
+    }
+    free(f);
+    kv_chain_free(c);
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
     EXPECT_EQ_INT(system(cmd), 0);
 }
 

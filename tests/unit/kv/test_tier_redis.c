@@ -193,6 +193,40 @@ TEST(redis_tier)
     EXPECT(s1.expirations >= 1);
     EXPECT(!t->ops->has(t, id, now));
 
+    /* get_run: one pipeline per 32 blocks, bitwise, stopping before a bad
+     * value; the hits' expiries (header and key) raised */
+    {
+        enum { N = 40 };
+        uint8_t ids[N][16], *out = malloc(fb * N);
+        for (int k = 0; k < N; k++) {
+            frame_of(&l, 100 + k, f, ids[k]);
+            EXPECT_EQ_INT(t->ops->put(t, ids[k], f, fb, now + 3600, now, NULL), 0);
+        }
+        frame_of(&l, 100 + 35, f, ids[35]);
+        struct kv_tier_record rr = {.expires = now + 3600, .stored = now, .frame_len = fb};
+        memcpy(rr.id, ids[35], 16);
+        kv_tier_record_encode(&rr, rec);
+        memcpy(rec + KV_TIER_RECORD_HEADER, f, fb);
+        rec[KV_TIER_RECORD_HEADER + fb - 1] ^= 1;
+        poke(&l, ids[35], rec, KV_TIER_RECORD_HEADER + fb);
+        t->ops->stats(t, &s0);
+        EXPECT_EQ_INT(t->ops->get_run(t, (const uint8_t(*)[16])ids, N, out, now + 7200, now, NULL),
+                      35);
+        for (int k = 0; k < 35; k++) {
+            frame_of(&l, 100 + k, f, ids[k]);
+            EXPECT(memcmp(out + fb * (size_t)k, f, fb) == 0);
+        }
+        t->ops->stats(t, &s1);
+        EXPECT_EQ_INT(s1.hits - s0.hits, 35);
+        EXPECT_EQ_INT(s1.corrupt - s0.corrupt, 1);
+        EXPECT(pttl(&l, ids[33]) > 7190000);
+        EXPECT_EQ_INT(t->ops->get(t, ids[33], out, fb, now + 5000), (long long)fb);
+        EXPECT_EQ_INT(
+            t->ops->get_run(t, (const uint8_t(*)[16])ids + 36, N - 36, out, now + 60, now, NULL),
+            N - 36);
+        free(out);
+    }
+
     /* Redis stopped: every call a fast miss, puts fail, writable false */
     stop_redis();
     frame_of(&l, 6, f, id);
@@ -201,6 +235,7 @@ TEST(redis_tier)
         EXPECT_EQ_INT(t->ops->get(t, id, got, fb, now), 0);
         EXPECT(t->ops->put(t, id, f, fb, now + 60, now, NULL) < 0);
         EXPECT(!t->ops->has(t, id, now));
+        EXPECT_EQ_INT(t->ops->get_run(t, (const uint8_t(*)[16])id, 1, got, now + 60, now, NULL), 0);
     }
     double dt = time_now_s() - t0;
     EXPECT(dt < 1.5); /* 60 calls: the reconnects are spaced by the backoff */
