@@ -49,6 +49,7 @@ static void put_le(struct buf *b, uint64_t v, int n)
 
 int cl_frame_peek(const uint8_t *buf, size_t n, size_t *frame_len, struct err_msg *msg)
 {
+    *frame_len = 0;
     /* a wrong magic or version is known from the first bytes: refuse early */
     for (size_t i = 0; i < MIN(n, sizeof(magic)); i++)
         if (buf[i] != magic[i]) return err_set(msg, ERR_PROTOCOL, "frame: bad magic (not IFCP)");
@@ -66,9 +67,8 @@ int cl_frame_peek(const uint8_t *buf, size_t n, size_t *frame_len, struct err_ms
     if (len > CL_MAX_PAYLOAD)
         return err_set(msg, ERR_PROTOCOL, "frame: %s payload of %llu bytes (at most %d)",
                        cl_type_name(buf[5]), (unsigned long long)len, CL_MAX_PAYLOAD);
-    if (n < CL_HEADER + len) return 0;
     *frame_len = CL_HEADER + (size_t)len;
-    return 1;
+    return n >= *frame_len;
 }
 
 /* Decoding -------------------------------------------------------------------------- */
@@ -213,6 +213,7 @@ static void dec_limits(struct rd *r, struct cl_grammar_limits *l)
 static void dec_submit(struct rd *r, struct cl_submit *s)
 {
     s->request = rd_uint(r, 8, "request");
+    if (!r->rc && !s->request) fail(r, "request", "0 (ids start at 1)");
     rd_str(r, 2, CL_MAX_TRACE, s->traceparent, NULL, "traceparent");
     s->priority = rd_i32(r, "priority");
     s->max_tokens = (uint32_t)rd_uint(r, 4, "max tokens");

@@ -198,9 +198,10 @@ struct cl_msg {
 };
 
 /* Reading a byte stream: whether buf[0..n) starts with a whole frame.
- * Returns 1 with *frame_len (header + payload) when it does, 0 when more
- * bytes are needed, or ERR_PROTOCOL with a message when the header is bad
- * (the connection must close: nothing after it can be framed). */
+ * Returns 1 when it does, 0 when more bytes are needed, or ERR_PROTOCOL
+ * with a message when the header is bad (the connection must close:
+ * nothing after it can be framed). *frame_len is the frame's bytes (header
+ * + payload) once the header is in, else 0. */
 int cl_frame_peek(const uint8_t *buf, size_t n, size_t *frame_len, struct err_msg *msg);
 
 /* Decodes one whole frame (cl_frame_peek said its length). Returns 0 with

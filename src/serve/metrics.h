@@ -15,7 +15,7 @@
 
 #include "base/buf.h"
 #include "kv/chain.h"
-#include "serve/runner.h"
+#include "node/runner.h"
 
 #include <stdint.h>
 

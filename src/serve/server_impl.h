@@ -40,7 +40,7 @@
 #include "base/u64map.h"
 #include "net/http.h"
 #include "serve/metrics.h"
-#include "serve/runner.h"
+#include "node/runner.h"
 #include "serve/serve.h"
 #include "serve/store.h"
 

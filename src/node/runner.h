@@ -31,8 +31,8 @@
  * Stats: after each step the runner publishes an inferd_stats snapshot and
  * step counters under the same mutex, for /metrics and /health.
  */
-#ifndef INFERD_SERVE_RUNNER_H
-#define INFERD_SERVE_RUNNER_H
+#ifndef INFERD_NODE_RUNNER_H
+#define INFERD_NODE_RUNNER_H
 
 #include "base/err.h"
 #include "base/u64map.h"

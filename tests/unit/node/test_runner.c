@@ -7,7 +7,7 @@
 #include "test.h"
 
 #include "base/check.h"
-#include "serve/runner.h"
+#include "node/runner.h"
 
 #include <poll.h>
 #include <unistd.h>

@@ -11,7 +11,7 @@
  * The tag -> engine id map lives on the runner thread only (a small vector;
  * it holds the live requests, a few hundred at most).
  */
-#include "serve/runner.h"
+#include "node/runner.h"
 
 #include "base/check.h"
 #include "base/log.h"

@@ -1,0 +1,561 @@
+/*
+ * worker.c - `inferd worker` (worker.h): the engine behind the cluster
+ * protocol.
+ *
+ * Names: a peer names its requests by its own ids (SUBMIT request n); the
+ * runner names them by tags this side picks, unique for the worker's life.
+ * Each connection maps its peer's ids to tags (reqs), and the worker maps
+ * tags back to the connection and id (tags -> struct live). A connection
+ * that goes away leaves its lives behind with conn NULL: their requests are
+ * cancelled, and the runner's final message for each frees it.
+ */
+#include "cluster/worker.h"
+
+#include "base/buf.h"
+#include "base/check.h"
+#include "base/log.h"
+#include "base/u64map.h"
+#include "inferd/inferd.h"
+#include "node/runner.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+struct worker;
+
+struct wconn {
+    struct worker *w;
+    struct bufferevent *bev;
+    struct wconn *prev, *next;       /* the worker's list */
+    char peer[64];                   /* address, for logs */
+    char peer_name[CL_MAX_NAME + 1]; /* from its HELLO */
+    bool hello;                      /* its HELLO came (ours went back) */
+    bool closing;                    /* closes once the output is written: nothing more is sent */
+    bool doomed;                     /* a free is scheduled (close_soon) */
+    struct u64map reqs;              /* peer request id -> tag */
+};
+
+struct live {
+    struct wconn *conn; /* NULL once the connection is gone */
+    uint64_t request;   /* the peer's id */
+    uint32_t index;     /* next TOKEN index */
+};
+
+struct worker {
+    const struct worker_config *cfg;
+    struct event_base *base;
+    struct evconnlistener *lis;
+    inferd_model *model;
+    inferd_engine *engine;
+    struct runner runner;
+    bool runner_on;
+    struct event *wake_ev, *stats_ev, *sig_int, *sig_term;
+    struct u64map tags; /* tag -> struct live */
+    uint64_t next_tag;
+    struct wconn *conns;
+    int n_conns;
+    struct runner_msg *msgs;
+    size_t cap_msgs;
+    struct cl_hello me; /* what our HELLO says */
+    struct buf out;     /* encode scratch */
+};
+
+void worker_config_default(struct worker_config *c)
+{
+    *c = (struct worker_config){
+        .host = "127.0.0.1", .role = CL_ROLE_MIXED, .max_conns = 256, .stats_ms = 250};
+}
+
+static const char *role_name(int r)
+{
+    return r == CL_ROLE_PREFILL   ? "prefill"
+           : r == CL_ROLE_DECODE  ? "decode"
+           : r == CL_ROLE_MIXED   ? "mixed"
+           : r == CL_ROLE_GATEWAY ? "gateway"
+                                  : "?";
+}
+
+/* Connections ------------------------------------------------------------------ */
+
+static void send_msg(struct wconn *c, const struct cl_msg *m)
+{
+    struct worker *w = c->w;
+    struct err_msg e = {{0}};
+    if (c->closing) return;
+    buf_clear(&w->out);
+    if (cl_encode(m, &w->out, &e)) { /* a bug of this side: say so, send nothing */
+        log_error("worker: %s frame not sent to %s: %s", cl_type_name(m->type), c->peer, e.text);
+        return;
+    }
+    bufferevent_write(c->bev, w->out.data, w->out.len);
+}
+
+static void send_error(struct wconn *c, uint64_t request, int code, const char *text)
+{
+    struct cl_msg m = {.type = CL_ERROR};
+    m.u.error.request = request;
+    m.u.error.code = code < 0 ? code : ERR_INTERNAL;
+    snprintf(m.u.error.message, sizeof(m.u.error.message), "%s", text);
+    send_msg(c, &m);
+}
+
+static void conn_free(struct wconn *c)
+{
+    struct worker *w = c->w;
+    /* its requests: cancelled, their lives orphaned until the final message */
+    for (size_t i = 0; i < c->reqs.cap; i++) {
+        if (!c->reqs.slots[i].key) continue;
+        uint64_t tag = (uint64_t)(uintptr_t)c->reqs.slots[i].val;
+        struct live *l = u64map_get(&w->tags, tag);
+        if (l) l->conn = NULL;
+        runner_cancel(&w->runner, tag);
+    }
+    u64map_release(&c->reqs);
+    bufferevent_free(c->bev);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        w->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    w->n_conns--;
+    free(c);
+}
+
+static void free_later(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    conn_free(arg);
+}
+
+/* Closes c once what it was sent is written; never frees it here, so a
+ * caller that still holds c may look at c->closing. */
+static void close_soon(struct wconn *c)
+{
+    c->closing = true;
+    bufferevent_disable(c->bev, EV_READ);
+    if (!c->doomed && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
+        c->doomed = true;
+        const struct timeval now = {0, 0};
+        event_base_once(c->w->base, -1, EV_TIMEOUT, free_later, c, &now);
+    }
+}
+
+/* A peer that broke the protocol: it hears why, then the connection closes. */
+static void refuse(struct wconn *c, const char *why)
+{
+    log_warn("worker: connection from %s%s%s: %s; closing it", c->peer, c->peer_name[0] ? " " : "",
+             c->peer_name, why);
+    send_error(c, 0, ERR_PROTOCOL, why);
+    close_soon(c);
+}
+
+static void on_write(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    struct wconn *c = arg;
+    if (c->closing && !c->doomed) conn_free(c);
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    struct wconn *c = arg;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        if (c->doomed) return; /* its free is on the way */
+        log_info("worker: %s%s%s disconnected", c->peer, c->peer_name[0] ? " " : "", c->peer_name);
+        conn_free(c);
+    }
+}
+
+/* Requests ------------------------------------------------------------------------ */
+
+static void on_submit(struct wconn *c, const struct cl_submit *s)
+{
+    struct worker *w = c->w;
+    if (u64map_get(&c->reqs, s->request)) {
+        char why[96];
+        snprintf(why, sizeof(why), "SUBMIT of request %llu, which is still running",
+                 (unsigned long long)s->request);
+        refuse(c, why);
+        return;
+    }
+    if (s->n_generated) {
+        send_error(c, s->request, ERR_UNSUPPORTED, "resuming a request is not supported yet");
+        return;
+    }
+    if (s->kv_peer[0]) {
+        send_error(c, s->request, ERR_UNSUPPORTED, "streaming KV to a peer is not supported yet");
+        return;
+    }
+    struct inferd_logit_bias *bias = NULL;
+    if (s->n_logit_bias) {
+        bias = xmalloc(sizeof(*bias) * s->n_logit_bias);
+        for (uint32_t i = 0; i < s->n_logit_bias; i++)
+            bias[i] = (struct inferd_logit_bias){s->bias_token[i], s->bias[i]};
+    }
+    struct inferd_grammar_limits lim;
+    if (s->has_limits)
+        lim = (struct inferd_grammar_limits){
+            .max_rules = s->limits.max_rules,
+            .max_elems = s->limits.max_elems,
+            .compile_work = s->limits.compile_work,
+            .compile_cpu_ms = s->limits.compile_cpu_ms,
+            .max_stacks = s->limits.max_stacks,
+            .max_nodes = s->limits.max_nodes,
+            .step_work = s->limits.step_work,
+            .mask_work = s->limits.mask_work,
+            .probe_steps = s->limits.probe_steps,
+            .table_bytes = s->limits.table_bytes,
+        };
+    struct inferd_request req = {
+        .prompt = s->prompt,
+        .n_prompt = (int)s->n_prompt,
+        .max_tokens = (int)s->max_tokens,
+        .ignore_eos = s->flags & CL_SUBMIT_IGNORE_EOS,
+        .priority = s->priority,
+        .cache_salt = s->cache_salt,
+        .cache_salt_len = s->salt_len,
+        .grammar = {.kind = (enum inferd_grammar_kind)s->grammar_kind,
+                    .source = s->grammar,
+                    .len = s->grammar_len,
+                    .limits = s->has_limits ? &lim : NULL},
+    };
+    inferd_sampling_default(&req.sampling);
+    req.sampling.temperature = s->temperature;
+    req.sampling.top_k = s->top_k;
+    req.sampling.top_p = s->top_p;
+    req.sampling.min_p = s->min_p;
+    req.sampling.repetition_penalty = s->repetition_penalty;
+    req.sampling.presence_penalty = s->presence_penalty;
+    req.sampling.frequency_penalty = s->frequency_penalty;
+    req.sampling.seed = s->seed;
+    req.sampling.logprobs = s->flags & CL_SUBMIT_LOGPROBS;
+    req.sampling.n_logprobs = s->n_logprobs;
+    req.sampling.logit_bias = bias;
+    req.sampling.n_logit_bias = (int)s->n_logit_bias;
+    uint64_t tag = ++w->next_tag;
+    struct live *l = xcalloc(1, sizeof(*l));
+    *l = (struct live){.conn = c, .request = s->request};
+    u64map_put(&w->tags, tag, l);
+    u64map_put(&c->reqs, s->request, (void *)(uintptr_t)tag);
+    runner_submit(&w->runner, tag, &req); /* copies the prompt, bias and grammar source */
+    free(bias);
+}
+
+static void send_stats(struct wconn *c)
+{
+    struct runner_stats rs;
+    runner_get_stats(&c->w->runner, &rs);
+    const struct inferd_stats *e = &rs.engine;
+    struct cl_msg m = {.type = CL_STATS};
+    m.u.stats = (struct cl_stats){
+        .running = (uint32_t)e->n_running,
+        .waiting = (uint32_t)e->n_waiting,
+        .loading = (uint32_t)e->n_loading,
+        .kv_blocks_total = (uint32_t)e->kv_blocks_total,
+        .kv_blocks_used = (uint32_t)e->kv_blocks_used,
+        .kv_blocks_cached = (uint32_t)e->kv_blocks_cached,
+        /* a fitted cost model's fixed part can come out below 0 */
+        .step_ms_fixed = e->step_ms_fixed > 0 ? e->step_ms_fixed : 0,
+        .step_ms_per_token = e->step_ms_per_token > 0 ? e->step_ms_per_token : 0,
+        .tokens_per_s = e->tokens_per_s > 0 ? e->tokens_per_s : 0,
+        .queued_tokens = (uint64_t)(e->queued_tokens > 0 ? e->queued_tokens : 0),
+        .finished = e->n_finished,
+    };
+    send_msg(c, &m);
+}
+
+/* One decoded frame from c. */
+static void on_frame(struct wconn *c, const struct cl_msg *m)
+{
+    struct worker *w = c->w;
+    if (!c->hello && m->type != CL_HELLO) {
+        char why[96];
+        snprintf(why, sizeof(why), "%s before HELLO", cl_type_name(m->type));
+        refuse(c, why);
+        return;
+    }
+    switch (m->type) {
+    case CL_HELLO: {
+        if (c->hello) {
+            refuse(c, "a second HELLO");
+            return;
+        }
+        c->hello = true;
+        snprintf(c->peer_name, sizeof(c->peer_name), "%s", m->u.hello.name);
+        log_info("worker: %s %s connected from %s", role_name(m->u.hello.role), c->peer_name,
+                 c->peer);
+        struct cl_msg me = {.type = CL_HELLO, .u.hello = w->me};
+        send_msg(c, &me);
+        send_stats(c);
+        return;
+    }
+    case CL_SUBMIT:
+        on_submit(c, &m->u.submit);
+        return;
+    case CL_CANCEL: {
+        uint64_t tag = (uint64_t)(uintptr_t)u64map_get(&c->reqs, m->u.request);
+        if (tag) runner_cancel(&w->runner, tag); /* one already finished: nothing to do */
+        return;
+    }
+    case CL_PING: {
+        struct cl_msg pong = {.type = CL_PONG, .u.nonce = m->u.nonce};
+        send_msg(c, &pong);
+        return;
+    }
+    case CL_STATS:
+        send_stats(c); /* a peer's snapshot is news to no one: it asks for ours */
+        return;
+    case CL_PONG:
+        return;
+    case CL_ERROR:
+        log_warn("worker: %s says: %s", c->peer, m->u.error.message);
+        return;
+    case CL_BYE:
+        close_soon(c);
+        return;
+    case CL_TOKEN:
+    case CL_KV_BLOCK:
+    case CL_KV_DONE: {
+        char why[96];
+        snprintf(why, sizeof(why), "%s frames are not taken by a %s worker", cl_type_name(m->type),
+                 role_name(w->cfg->role));
+        refuse(c, why);
+        return;
+    }
+    }
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    struct wconn *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    while (!c->closing) {
+        size_t have = evbuffer_get_length(in), flen = 0;
+        if (!have) return;
+        const uint8_t *p = evbuffer_pullup(in, (ev_ssize_t)MIN(have, (size_t)CL_HEADER));
+        struct err_msg e = {{0}};
+        int rc = cl_frame_peek(p, MIN(have, (size_t)CL_HEADER), &flen, &e);
+        if (rc < 0) {
+            refuse(c, e.text);
+            return;
+        }
+        if (!flen || have < flen) return; /* the rest has not come yet */
+        p = evbuffer_pullup(in, (ev_ssize_t)flen);
+        struct cl_msg m;
+        if (cl_decode(p, flen, &m, &e)) {
+            refuse(c, e.text);
+            return;
+        }
+        evbuffer_drain(in, flen);
+        on_frame(c, &m); /* may close c, never frees it */
+        cl_msg_free(&m);
+    }
+}
+
+static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa,
+                      int salen, void *arg)
+{
+    (void)lis;
+    (void)salen;
+    struct worker *w = arg;
+    if (w->n_conns >= w->cfg->max_conns) {
+        log_warn("worker: %d connections open already; one more refused", w->n_conns);
+        evutil_closesocket(fd);
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    struct wconn *c = xcalloc(1, sizeof(*c));
+    c->w = w;
+    c->bev = bufferevent_socket_new(w->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        char a[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &in->sin_addr, a, sizeof(a));
+        snprintf(c->peer, sizeof(c->peer), "%s:%d", a, ntohs(in->sin_port));
+    } else {
+        snprintf(c->peer, sizeof(c->peer), "a peer");
+    }
+    c->next = w->conns;
+    if (w->conns) w->conns->prev = c;
+    w->conns = c;
+    w->n_conns++;
+    bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+}
+
+/* Engine events --------------------------------------------------------------------- */
+
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct worker *w = arg;
+    size_t n = runner_drain(&w->runner, &w->msgs, &w->cap_msgs);
+    for (size_t i = 0; i < n; i++) {
+        const struct runner_msg *r = &w->msgs[i];
+        struct live *l = u64map_get(&w->tags, r->tag);
+        if (!l) continue;
+        bool last = r->rc || r->ev.finish != INFERD_FINISH_NONE;
+        if (l->conn && r->rc) {
+            send_error(l->conn, l->request, r->rc, r->err);
+        } else if (l->conn) {
+            const struct inferd_event *ev = &r->ev;
+            struct cl_msg m = {.type = CL_TOKEN};
+            struct cl_token *t = &m.u.token;
+            t->request = l->request;
+            t->index = ev->token >= 0 ? l->index++ : l->index;
+            t->token = ev->token;
+            t->logprob = ev->logprob;
+            t->n_top = (uint8_t)MIN(MAX(ev->n_top, 0), CL_MAX_TOP);
+            for (int k = 0; k < t->n_top; k++) {
+                t->top_token[k] = ev->top[k].token;
+                t->top_logprob[k] = ev->top[k].logprob;
+            }
+            t->finish = (uint8_t)ev->finish;
+            if (ev->finish != INFERD_FINISH_NONE) {
+                t->n_prompt = (uint32_t)MAX(ev->n_prompt, 0);
+                t->n_cached = (uint32_t)MIN(MAX(ev->n_cached, 0), ev->n_prompt);
+                t->queue_s = ev->queue_s > 0 ? ev->queue_s : 0;
+                t->n_generated = (uint32_t)MAX(ev->n_generated, 0);
+                t->error = ev->error;
+                snprintf(t->message, sizeof(t->message), "%s", ev->message);
+            }
+            send_msg(l->conn, &m);
+        }
+        if (last) {
+            if (l->conn) u64map_del(&l->conn->reqs, l->request);
+            u64map_del(&w->tags, r->tag);
+            free(l);
+        }
+    }
+}
+
+static void on_stats(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct worker *w = arg;
+    for (struct wconn *c = w->conns; c; c = c->next)
+        if (c->hello && !c->closing) send_stats(c);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    struct worker *w = arg;
+    log_info("worker: signal %d: stopping", (int)sig);
+    event_base_loopbreak(w->base);
+}
+
+/* Setup ------------------------------------------------------------------------------ */
+
+static int load(struct worker *w, const struct worker_config *cfg, struct err_msg *msg)
+{
+    char err[512];
+    int rc = inferd_model_load(cfg->model_path, &w->model, err, sizeof(err));
+    if (rc) return err_set(msg, rc, "model '%s': %s", cfg->model_path, err);
+    struct inferd_engine_config ec;
+    inferd_engine_config_default(&ec);
+    ec.n_threads = cfg->n_threads;
+    int train = inferd_model_n_ctx_train(w->model);
+    ec.max_ctx = cfg->max_ctx ? cfg->max_ctx : MIN(train > 0 ? train : 4096, 4096);
+    if (cfg->max_seqs) ec.max_seqs = cfg->max_seqs;
+    ec.kv_blocks = cfg->kv_blocks;
+    if ((rc = inferd_engine_new(w->model, &ec, &w->engine, err, sizeof(err))))
+        return err_set(msg, rc, "engine: %s", err);
+    w->me.role = (uint8_t)cfg->role;
+    inferd_engine_fingerprint(w->engine, w->me.fingerprint);
+    w->me.block_tokens = (uint32_t)inferd_engine_block_tokens(w->engine);
+    w->me.frame_bytes = (uint32_t)inferd_kv_frame_bytes(w->engine);
+    const char *base = strrchr(cfg->model_path, '/');
+    snprintf(w->me.model, sizeof(w->me.model), "%s", base ? base + 1 : cfg->model_path);
+    if ((rc = runner_start(&w->runner, w->engine, msg))) return rc;
+    w->runner_on = true;
+    return 0;
+}
+
+static int listen_on(struct worker *w, const struct worker_config *cfg, int *port,
+                     struct err_msg *msg)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
+    if (inet_pton(AF_INET, cfg->host, &sa.sin_addr) != 1)
+        return err_set(msg, ERR_INVALID, "--listen: '%s' is not an IPv4 address", cfg->host);
+    w->lis =
+        evconnlistener_new_bind(w->base, on_accept, w, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE,
+                                128, (struct sockaddr *)&sa, sizeof(sa));
+    if (!w->lis)
+        return err_set(msg, -errno, "--listen %s:%d: %s", cfg->host, cfg->port, strerror(errno));
+    struct sockaddr_in got;
+    socklen_t gl = sizeof(got);
+    getsockname(evconnlistener_get_fd(w->lis), (struct sockaddr *)&got, &gl);
+    *port = ntohs(got.sin_port);
+    return 0;
+}
+
+int worker_run(const struct worker_config *cfg, struct err_msg *msg)
+{
+    struct worker w = {.cfg = cfg};
+    signal(SIGPIPE, SIG_IGN);
+    int rc = 0, port = 0;
+    if (!cfg->model_path) {
+        rc = err_set(msg, ERR_INVALID, "a model is needed (-m FILE)");
+        goto out;
+    }
+    if ((rc = load(&w, cfg, msg))) goto out;
+    w.base = event_base_new();
+    if ((rc = listen_on(&w, cfg, &port, msg))) goto out;
+    if (cfg->name)
+        snprintf(w.me.name, sizeof(w.me.name), "%s", cfg->name);
+    else
+        snprintf(w.me.name, sizeof(w.me.name), "%s-%d", role_name(cfg->role), port);
+    w.wake_ev = event_new(w.base, w.runner.wake_fd, EV_READ | EV_PERSIST, on_wake, &w);
+    w.stats_ev = event_new(w.base, -1, EV_PERSIST, on_stats, &w);
+    w.sig_int = evsignal_new(w.base, SIGINT, on_signal, &w);
+    w.sig_term = evsignal_new(w.base, SIGTERM, on_signal, &w);
+    struct timeval every = {cfg->stats_ms / 1000, (cfg->stats_ms % 1000) * 1000};
+    event_add(w.wake_ev, NULL);
+    event_add(w.stats_ev, &every);
+    event_add(w.sig_int, NULL);
+    event_add(w.sig_term, NULL);
+    log_info("worker %s (%s) serving '%s' on %s:%d", w.me.name, role_name(cfg->role), w.me.model,
+             cfg->host, port);
+    if (cfg->port_file) {
+        FILE *pf = fopen(cfg->port_file, "w");
+        if (pf) {
+            fprintf(pf, "%d\n", port);
+            fclose(pf);
+        }
+    }
+    event_base_dispatch(w.base);
+out:
+    while (w.conns)
+        conn_free(w.conns);
+    if (w.runner_on) runner_stop(&w.runner);
+    for (size_t i = 0; i < w.tags.cap; i++)
+        if (w.tags.slots[i].key) free(w.tags.slots[i].val);
+    u64map_release(&w.tags);
+    struct event *evs[] = {w.wake_ev, w.stats_ev, w.sig_int, w.sig_term};
+    for (size_t i = 0; i < ARRAY_LEN(evs); i++)
+        if (evs[i]) event_free(evs[i]);
+    if (w.lis) evconnlistener_free(w.lis);
+    if (w.base) event_base_free(w.base);
+    if (w.engine) inferd_engine_free(w.engine);
+    if (w.model) inferd_model_free(w.model);
+    free(w.msgs);
+    buf_release(&w.out);
+    return rc;
+}

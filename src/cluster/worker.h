@@ -1,0 +1,58 @@
+/*
+ * worker.h - `inferd worker`: an engine node of a cluster. It loads a
+ * model, runs the engine on the runner thread (node/runner.h, the loop
+ * `inferd serve` runs too) and speaks the cluster protocol (proto.h) over
+ * TCP to whoever connects, a gateway in the first place:
+ *
+ *   peer                       worker
+ *   HELLO (role, name)  --->
+ *                       <---   HELLO (role, engine fingerprint, block
+ *                              tokens, frame bytes, model)
+ *   SUBMIT (request n)  --->   runner_submit
+ *                       <---   TOKEN n ... TOKEN n (finish), or ERROR n
+ *   CANCEL n            --->   runner_cancel (a TOKEN n with finish
+ *                              CANCELLED ends it)
+ *   PING                --->
+ *                       <---   PONG
+ *                       <---   STATS, every stats_ms, to each peer
+ *   BYE / close         --->   the connection's requests are cancelled
+ *
+ * Events: one libevent loop owns the connections; the runner's eventfd wakes
+ * it and one drain turns a step's events into TOKEN frames. A frame that
+ * fails to decode, or one that does not belong (anything before HELLO, a
+ * second SUBMIT of a live id), closes that connection with a logged reason
+ * and an ERROR frame; nothing else is touched.
+ *
+ * Not yet: prefill and decode roles differ only in name (each worker runs
+ * whole requests, as `mixed`); SUBMITs that resume (generated > 0) or that
+ * stream their KV to a peer are refused with ERR_UNSUPPORTED; no KV tiers;
+ * grammars compile on the runner thread at submit.
+ */
+#ifndef INFERD_CLUSTER_WORKER_H
+#define INFERD_CLUSTER_WORKER_H
+
+#include "base/err.h"
+#include "cluster/proto.h"
+
+struct worker_config {
+    const char *model_path; /* GGUF file (required) */
+    const char *name;       /* in HELLO and the logs (NULL: ROLE-PORT) */
+    const char *host;       /* listen address (default 127.0.0.1) */
+    int port;               /* listen port (0: any free one) */
+    const char *port_file;  /* the bound port is written there (NULL: none) */
+    enum cl_role role;      /* prefill, decode or mixed (default mixed) */
+    int n_threads;          /* engine compute threads (0: all cores) */
+    int max_ctx;            /* context per request (0: min(trained, 4096)) */
+    int max_seqs;           /* sequences at once (0: the engine's default) */
+    int kv_blocks;          /* KV pool blocks (0: fit max_ctx x max_seqs) */
+    int max_conns;          /* connections at once (default 256) */
+    int stats_ms;           /* STATS frame period (default 250) */
+};
+
+void worker_config_default(struct worker_config *c);
+
+/* Runs until SIGINT or SIGTERM. Returns 0, or an error with a message
+ * (model, engine, listen address). */
+int worker_run(const struct worker_config *c, struct err_msg *msg);
+
+#endif
