@@ -56,12 +56,14 @@ endforeach()
 #   diff/       differential tests against the npm oracles (tokenizers, templates)
 #   e2e/        the API server driven by the official SDKs
 #   kv/         KV tiers through the server, with real Redis
+#   cluster/    workers and a gateway as separate processes on loopback
 #   lint/       formatting, include directions between layers
 file(GLOB SCRIPT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/reference/test_*.sh
                                          ${CMAKE_SOURCE_DIR}/tests/cli/test_*.sh
                                          ${CMAKE_SOURCE_DIR}/tests/diff/test_*.sh
                                          ${CMAKE_SOURCE_DIR}/tests/e2e/test_*.sh
                                          ${CMAKE_SOURCE_DIR}/tests/kv/test_*.sh
+                                         ${CMAKE_SOURCE_DIR}/tests/cluster/test_*.sh
                                          ${CMAKE_SOURCE_DIR}/tests/lint/test_*.sh)
 foreach(sh ${SCRIPT_TESTS})
   get_filename_component(name ${sh} NAME_WE)

@@ -23,5 +23,6 @@ int cmd_serve(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 int cmd_kv(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
+int cmd_gateway(int argc, char **argv);
 
 #endif

@@ -9,7 +9,9 @@
 #include "cmd/cmd.h"
 #include "cmd/opt.h"
 
+#include "base/check.h"
 #include "base/log.h"
+#include "cluster/remote.h"
 #include "serve/serve.h"
 
 #include <stdio.h>
@@ -126,13 +128,33 @@ static int apply_ttl_defaults(struct serve_config *c, const struct ttl_default *
     return 0;
 }
 
-int cmd_serve(int argc, char **argv)
+/* --listen HOST:PORT (gateway): host and port in one. */
+static int set_listen(void *dst, const char *spelling, const char *val, struct err_msg *m)
 {
+    struct serve_config *c = dst;
+    static char host[64];
+    const char *colon = strrchr(val, ':');
+    char *end;
+    long port = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (!colon || colon == val || (size_t)(colon - val) >= sizeof(host) || !colon[1] || *end ||
+        port < 0 || port > 65535)
+        return err_set(m, ERR_INVALID, "%s: expected HOST:PORT (port 0-65535), got '%s'", spelling,
+                       val);
+    snprintf(host, sizeof(host), "%.*s", (int)(colon - val), val);
+    c->host = host;
+    c->port = (int)port;
+    return 0;
+}
+
+/* serve, or (gateway) the same front door in front of workers. */
+static int serve_main(int argc, char **argv, bool gateway)
+{
+    const char *self = gateway ? "gateway" : "serve";
     struct serve_config c;
     serve_config_default(&c);
     bool verbose = false;
     struct ttl_default ttl_defaults = {0};
-    const struct cmd_opt opts[] = {
+    struct cmd_opt opts[] = {
         CMD_OPT_STR("model", 'm', "FILE",
                     "GGUF model to serve (default: a random-weight demo\n"
                     "model made on first start in the data dir)",
@@ -237,25 +259,55 @@ int cmd_serve(int argc, char **argv)
                      "ENDPOINT: chat, completions, responses, messages",
                      add_ttl_default, &ttl_defaults),
         CMD_OPT_FLAG("verbose", 'v', "debug logging", &verbose),
+        /* the gateway's own, last: serve ends its table before them */
+        CMD_OPT_STR("workers", 0, "LIST",
+                    "the workers that run the engine: HOST:PORT,...\n(inferd worker; required)",
+                    &c.workers),
+        CMD_OPT_CALL("listen", 0, "HOST:PORT", "listen address and port in one", set_listen, &c),
         CMD_OPT_END,
     };
-    const struct cmd_spec spec = {
-        .name = "serve", .synopsis = "[-m MODEL.gguf] [options]", .opts = opts};
+    if (!gateway) opts[ARRAY_LEN(opts) - 3] = opts[ARRAY_LEN(opts) - 1];
+    const struct cmd_spec spec = {.name = self,
+                                  .synopsis =
+                                      gateway ? "-m MODEL.gguf --workers HOST:PORT,... [options]"
+                                              : "[-m MODEL.gguf] [options]",
+                                  .opts = opts};
     int argi;
     enum cmd_opt_result r = cmd_opt_parse(&spec, argc, argv, &argi);
     if (r != CMD_OPT_OK) return cmd_opt_exit(r);
     if (cmd_opt_operands_max(&spec, argc, argv, argi, 0)) return CMD_EXIT_USAGE;
     if (verbose) log_set_level(LOG_LEVEL_DEBUG);
+    if (gateway && (!c.workers || !c.model_path)) {
+        fprintf(stderr, "inferd gateway: %s\n",
+                !c.model_path ? "a model is needed (-m FILE: the workers' GGUF, for its tokenizer "
+                                "and chat template)"
+                              : "--workers is needed (HOST:PORT,...)");
+        return CMD_EXIT_USAGE;
+    }
 
     struct err_msg msg = {{0}};
+    if (gateway && remote_check_list(c.workers, &msg)) {
+        fprintf(stderr, "inferd gateway: %s\n", msg.text);
+        return CMD_EXIT_USAGE;
+    }
     if (apply_ttl_defaults(&c, &ttl_defaults, &msg)) {
-        fprintf(stderr, "inferd serve: %s\n", msg.text);
+        fprintf(stderr, "inferd %s: %s\n", self, msg.text);
         return CMD_EXIT_USAGE;
     }
     int rc = serve_run(&c, &msg);
     if (rc) {
-        fprintf(stderr, "inferd serve: %s\n", msg.text[0] ? msg.text : err_str(rc));
+        fprintf(stderr, "inferd %s: %s\n", self, msg.text[0] ? msg.text : err_str(rc));
         return CMD_EXIT_FAIL;
     }
     return CMD_EXIT_OK;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    return serve_main(argc, argv, false);
+}
+
+int cmd_gateway(int argc, char **argv)
+{
+    return serve_main(argc, argv, true);
 }

@@ -16,6 +16,7 @@ static void usage(FILE *out)
             "commands:\n"
             "  serve         the HTTP API server (OpenAI and Anthropic APIs)\n"
             "  worker        an engine node of a cluster (internal protocol over TCP)\n"
+            "  gateway       the HTTP API in front of workers (tokenizes, templates, streams)\n"
             "  run           generate from a prompt on the command line\n"
             "  logits        write the logits of every prompt position (float32)\n"
             "  bench-engine  prefill / decode speed, as a share of this machine's limits\n"
@@ -55,6 +56,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "sim")) return cmd_sim(argc - 1, argv + 1);
     if (!strcmp(cmd, "kv")) return cmd_kv(argc - 1, argv + 1);
     if (!strcmp(cmd, "worker")) return cmd_worker(argc - 1, argv + 1);
+    if (!strcmp(cmd, "gateway")) return cmd_gateway(argc - 1, argv + 1);
     /* hidden: the scripted server bench's tests run against (docs/bench.md) */
     if (!strcmp(cmd, "bench-mock")) return cmd_bench_mock(argc - 1, argv + 1);
     if (!strcmp(cmd, "model")) {

@@ -118,7 +118,7 @@ static void flush(struct call *c)
     if (!c->paused && !c->replied && http_blocked(c->req)) {
         c->paused = true;
         for (int i = 0; i < c->pipe.out.n_choices; i++)
-            if (c->gens[i].engine_open) runner_pause(&c->srv->runner, c->gens[i].tag, true);
+            if (c->gens[i].engine_open) c->srv->be->ops->pause(c->srv->be, c->gens[i].tag, true);
     }
 }
 
@@ -128,14 +128,14 @@ static void on_drain(struct http_request *req, void *arg)
     if (!c->paused) return;
     c->paused = false;
     for (int i = 0; i < c->pipe.out.n_choices; i++)
-        if (c->gens[i].engine_open) runner_pause(&c->srv->runner, c->gens[i].tag, false);
+        if (c->gens[i].engine_open) c->srv->be->ops->pause(c->srv->be, c->gens[i].tag, false);
 }
 
 static void cancel_all(struct call *c)
 {
     if (!c->gens) return;
     for (int i = 0; i < c->pipe.out.n_choices; i++)
-        if (c->gens[i].engine_open) runner_cancel(&c->srv->runner, c->gens[i].tag);
+        if (c->gens[i].engine_open) c->srv->be->ops->cancel(c->srv->be, c->gens[i].tag);
 }
 
 /* Counts and logs a call whose answer is complete (or whose client left). */
@@ -349,7 +349,7 @@ static void on_message(struct server *s, struct call *c, int i, const struct run
         if (api_pipe_token(&c->pipe, i, ev->token, ev->logprob, tops, n_top, ev->n_generated,
                            ev->finish == INFERD_FINISH_STOP) &&
             g->engine_open)
-            runner_cancel(&s->runner, g->tag); /* a stop string ended the choice */
+            s->be->ops->cancel(s->be, g->tag); /* a stop string ended the choice */
     }
     if (final && g->prompt * c->r.n == i) {
         c->pipe.out.n_cached_tokens += ev->n_cached;
@@ -380,7 +380,7 @@ static void on_message(struct server *s, struct call *c, int i, const struct run
 
 void call_on_wake(struct server *s)
 {
-    size_t n = runner_drain(&s->runner, &s->msgs, &s->cap_msgs);
+    size_t n = s->be->ops->drain(s->be, &s->msgs, &s->cap_msgs);
     for (size_t k = 0; k < n; k++) {
         struct gen *g = u64map_get(&s->tags, s->msgs[k].tag);
         if (!g) continue;
@@ -443,7 +443,7 @@ static void start_generation(struct server *s, struct call *c)
         q.grammar.source = r->grammar_src;
         q.grammar.len = r->grammar_src ? strlen(r->grammar_src) : 0;
         q.grammar.compiled = p->grammar; /* the engine takes its own reference */
-        runner_submit_ttl(&s->runner, g->tag, &q, p->kv_ttl_s);
+        s->be->ops->submit(s->be, g->tag, &q, p->kv_ttl_s);
     }
     flush(c);
 }

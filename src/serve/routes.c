@@ -92,7 +92,7 @@ void serve_log_request(struct http_request *req, const char *endpoint, int statu
 void serve_retry_after(struct server *s, struct http_request *req)
 {
     struct runner_stats rs;
-    runner_get_stats(&s->runner, &rs);
+    s->be->ops->stats(s->be, &rs);
     char v[24];
     snprintf(v, sizeof(v), "%d", (int)MIN(3600.0, MAX(1.0, rs.engine.est_queue_ms / 1000.0 + 1)));
     http_add_header(req, "Retry-After", v);
@@ -424,7 +424,7 @@ static void on_health(struct server *s, struct http_request *req, const struct r
                       const char *id)
 {
     struct runner_stats rs;
-    runner_get_stats(&s->runner, &rs);
+    s->be->ops->stats(s->be, &rs);
     serve_send_json(s, req, s->stopping ? 503 : 200,
                     json_pack("{s:s,s:s,s:i,s:i,s:i,s:i,s:i}", "status",
                               s->stopping ? "stopping" : "ok", "model", s->model_name, "running",
@@ -438,7 +438,7 @@ static void on_metrics(struct server *s, struct http_request *req, const struct 
                        const char *id)
 {
     struct runner_stats rs;
-    runner_get_stats(&s->runner, &rs);
+    s->be->ops->stats(s->be, &rs);
     struct buf b = {0};
     metrics_render(&s->metrics, &rs, &b);
     if (s->kv_chain) {

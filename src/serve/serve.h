@@ -27,6 +27,8 @@ struct serve_config {
     const char *model_path;      /* GGUF to serve; NULL: the demo model in data_dir */
     const char *model_name;      /* name in the API; NULL: file name without .gguf */
     const char *api_key;         /* required bearer key, or NULL for none */
+    const char *workers;         /* gateway: "HOST:PORT,..." of the workers that run the
+                                    engine (cluster/remote.h); NULL: the engine runs here */
     int n_threads;               /* engine compute threads (0: all cores) */
     int max_ctx;                 /* context length per request (0: min(trained, 4096)) */
     int max_seqs;                /* sequences running at once in the engine */

@@ -317,6 +317,20 @@ static void prompt_bound(struct server *s)
               s->max_prompt_bytes, longest, s->max_ctx);
 }
 
+/* What serve and a gateway both start: the store and the worker threads. */
+static int load_rest(struct server *s, const struct serve_config *cfg, struct err_msg *msg)
+{
+    int rc;
+    if ((rc = store_open(cfg->data_dir, cfg->store_ttl_s, cfg->store_max_bytes, &s->store, msg)))
+        return rc;
+    if ((rc = jobq_start(&s->prep, cfg->prep_threads > 0 ? cfg->prep_threads : 2, 5, msg)))
+        return rc;
+    s->prep_on = true;
+    if ((rc = jobq_start(&s->storeq, 1, 0, msg))) return rc;
+    s->store_on = true;
+    return 0;
+}
+
 static int load(struct server *s, const struct serve_config *cfg, struct err_msg *msg)
 {
     char path[PATH_MAX];
@@ -356,6 +370,12 @@ static int load(struct server *s, const struct serve_config *cfg, struct err_msg
     }
     detect_tools(s);
     s->n_vocab = inferd_model_n_vocab(s->model);
+    if (cfg->workers) { /* a gateway: the engine runs in the workers */
+        int train = inferd_model_n_ctx_train(s->model);
+        s->max_ctx = cfg->max_ctx ? cfg->max_ctx : MIN(train, 4096);
+        prompt_bound(s);
+        return load_rest(s, cfg, msg);
+    }
     struct inferd_engine_config ec;
     inferd_engine_config_default(&ec);
     ec.n_threads = cfg->n_threads;
@@ -379,16 +399,14 @@ static int load(struct server *s, const struct serve_config *cfg, struct err_msg
     s->max_ctx = cfg->max_ctx ? cfg->max_ctx : MIN(train, 4096);
     if ((rc = open_tiers(s, cfg, msg))) return rc;
     prompt_bound(s);
-    if ((rc = store_open(cfg->data_dir, cfg->store_ttl_s, cfg->store_max_bytes, &s->store, msg)))
-        return rc;
-    if ((rc = jobq_start(&s->prep, cfg->prep_threads > 0 ? cfg->prep_threads : 2, 5, msg)))
-        return rc;
-    s->prep_on = true;
-    if ((rc = jobq_start(&s->storeq, 1, 0, msg))) return rc;
-    s->store_on = true;
+    if ((rc = load_rest(s, cfg, msg))) return rc;
     /* the default class's TTL for blocks no live request names */
-    return runner_start_tiers(&s->runner, s->engine, s->kv_chain,
-                              cfg->kv_ttl.c[cfg->kv_ttl.dflt].ttl_s, msg);
+    if ((rc = runner_start_tiers(&s->runner, s->engine, s->kv_chain,
+                                 cfg->kv_ttl.c[cfg->kv_ttl.dflt].ttl_s, msg)))
+        return rc;
+    node_backend_local(&s->local, &s->runner);
+    s->be = &s->local.base;
+    return 0;
 }
 
 /* Tears down in the order that keeps every reference valid: workers
@@ -412,6 +430,8 @@ static void unload(struct server *s)
     while (s->calls)
         call_free_now(s->calls);
     u64map_release(&s->tags);
+    remote_free(s->remote);
+    s->remote = NULL;
     if (s->engine) inferd_engine_free(s->engine);
     if (s->model) inferd_model_free(s->model);
     if (s->tmpl) chat_template_free(s->tmpl);
@@ -444,6 +464,12 @@ int serve_run(const struct serve_config *cfg, struct err_msg *msg)
     else
         log_info("serving '%s' from %s", s.model_name, cfg->model_path);
     s.base = event_base_new();
+    if (cfg->workers) {
+        const char *b = strrchr(cfg->model_path, '/');
+        if ((rc = remote_new(s.base, cfg->workers, b ? b + 1 : cfg->model_path, &s.remote, msg)))
+            goto out;
+        s.be = remote_backend(s.remote);
+    }
     struct http_config hc;
     http_config_default(&hc);
     hc.host = cfg->host;
@@ -464,7 +490,7 @@ int serve_run(const struct serve_config *cfg, struct err_msg *msg)
     if ((rc = http_server_new(s.base, &hc, &s.hooks, &s.http, msg))) goto out;
     s.port = http_server_port(s.http);
     own_origins(&s);
-    s.wake_ev = event_new(s.base, s.runner.wake_fd, EV_READ | EV_PERSIST, on_wake, &s);
+    s.wake_ev = event_new(s.base, s.be->wake_fd, EV_READ | EV_PERSIST, on_wake, &s);
     s.prep_ev = event_new(s.base, s.prep.done_fd, EV_READ | EV_PERSIST, on_jobs, &s.prep);
     s.store_ev = event_new(s.base, s.storeq.done_fd, EV_READ | EV_PERSIST, on_jobs, &s.storeq);
     s.purge_ev = event_new(s.base, -1, EV_PERSIST, on_purge, &s);

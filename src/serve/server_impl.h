@@ -40,6 +40,8 @@
 #include "base/u64map.h"
 #include "net/http.h"
 #include "serve/metrics.h"
+#include "cluster/remote.h"
+#include "node/backend.h"
 #include "node/runner.h"
 #include "serve/serve.h"
 #include "serve/store.h"
@@ -120,7 +122,10 @@ struct server {
     bool prep_on, store_on;           /* the queues were started */
     inferd_model *model;              /* weights */
     inferd_engine *engine;            /* owned by the runner thread while it runs */
-    struct runner runner;             /* engine thread */
+    struct runner runner;             /* engine thread (not started in a gateway) */
+    struct node_local local;          /* the runner as a backend */
+    struct remote *remote;            /* a gateway's workers, or NULL */
+    struct node_backend *be;          /* where generation requests go: &local.base or remote's */
     struct tokenizer *tok;            /* the model's tokenizer */
     struct chat_template *tmpl;       /* its chat template, or NULL */
     struct api_pipe_model pm;         /* the model as the pipeline sees it */

@@ -1,0 +1,517 @@
+/*
+ * remote.c - the remote backend (remote.h).
+ *
+ * Messages for the server are queued in out and announced on an eventfd,
+ * exactly as the runner does, so the server drains both backends alike.
+ */
+#include "cluster/remote.h"
+
+#include "base/buf.h"
+#include "base/check.h"
+#include "base/log.h"
+#include "base/timeutil.h"
+#include "base/u64map.h"
+#include "cluster/proto.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+enum { MAX_WORKERS = 64 };
+static const double silent_s = 2.5; /* no frame for this long: the worker is lost (checked
+                                        every tick_ms: out of rotation within 3 s) */
+enum { TICK_MS = 500 };
+
+struct rworker {
+    struct remote *r;
+    char addr[80];           /* HOST:PORT, as listed */
+    struct sockaddr_in sa;   /* resolved */
+    struct bufferevent *bev; /* NULL while down */
+    bool hello;              /* its HELLO came, with our model */
+    bool logged_down;        /* the outage is in the log */
+    double last_heard;       /* monotonic seconds of its last frame */
+    struct cl_stats stats;   /* its last STATS */
+    int sent;                /* requests of ours on it */
+    char name[CL_MAX_NAME + 1];
+};
+
+struct remote {
+    struct node_backend base; /* first */
+    struct event_base *evb;
+    char model[CL_MAX_NAME + 1];
+    struct rworker w[MAX_WORKERS];
+    int n;
+    struct event *tick; /* reconnects, silence checks */
+    struct u64map tags; /* tag -> struct rworker * */
+    struct runner_msg *out;
+    size_t n_out, cap_out;
+    struct buf enc; /* encode scratch */
+};
+
+int remote_pick(const struct remote_worker_view *w, int n)
+{
+    int best = -1;
+    long best_load = 0;
+    for (int i = 0; i < n; i++) {
+        if (!w[i].up) continue;
+        long load = (long)w[i].running + w[i].waiting + w[i].sent;
+        if (best < 0 || load < best_load) best = i, best_load = load;
+    }
+    return best;
+}
+
+/* Messages to the server ------------------------------------------------------------ */
+
+static struct runner_msg *push(struct remote *r, uint64_t tag)
+{
+    if (r->n_out == r->cap_out) {
+        r->cap_out = r->cap_out ? 2 * r->cap_out : 64;
+        r->out = xrealloc(r->out, r->cap_out * sizeof(*r->out));
+    }
+    struct runner_msg *m = &r->out[r->n_out++];
+    memset(m, 0, sizeof(*m));
+    m->tag = tag;
+    uint64_t one = 1;
+    if (write(r->base.wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        log_warn("remote: eventfd: %s", strerror(errno));
+    return m;
+}
+
+static void submit_error(struct remote *r, uint64_t tag, int code, const char *why)
+{
+    struct runner_msg *m = push(r, tag);
+    m->rc = code;
+    snprintf(m->err, sizeof(m->err), "%s", why);
+}
+
+/* Every request on w ends with an error event: the worker is gone. */
+static void fail_all(struct rworker *w, const char *why)
+{
+    struct remote *r = w->r;
+    for (size_t i = 0; i < r->tags.cap; i++) {
+        if (!r->tags.slots[i].key || r->tags.slots[i].val != w) continue;
+        uint64_t tag = r->tags.slots[i].key;
+        struct runner_msg *m = push(r, tag);
+        m->ev.request = tag;
+        m->ev.token = -1;
+        m->ev.finish = INFERD_FINISH_ERROR;
+        m->ev.error = ERR_UNAVAILABLE;
+        snprintf(m->ev.message, sizeof(m->ev.message), "worker %s lost: %s", w->addr, why);
+    }
+    for (size_t i = 0; i < r->tags.cap;) { /* deletion shifts: rescan the slot */
+        if (r->tags.slots[i].key && r->tags.slots[i].val == w)
+            u64map_del(&r->tags, r->tags.slots[i].key);
+        else
+            i++;
+    }
+    w->sent = 0;
+}
+
+/* Connections ---------------------------------------------------------------------------- */
+
+static void down(struct rworker *w, const char *why)
+{
+    if (w->bev) bufferevent_free(w->bev);
+    w->bev = NULL;
+    w->hello = false;
+    if (!w->logged_down) log_warn("remote: worker %s: %s; out of rotation", w->addr, why);
+    w->logged_down = true;
+    fail_all(w, why);
+}
+
+static bool send_msg(struct rworker *w, const struct cl_msg *m)
+{
+    struct err_msg e = {{0}};
+    buf_clear(&w->r->enc);
+    if (cl_encode(m, &w->r->enc, &e)) {
+        log_error("remote: %s frame to %s not sent: %s", cl_type_name(m->type), w->addr, e.text);
+        return false;
+    }
+    return bufferevent_write(w->bev, w->r->enc.data, w->r->enc.len) == 0;
+}
+
+static void on_token(struct rworker *w, const struct cl_token *t)
+{
+    struct remote *r = w->r;
+    if (u64map_get(&r->tags, t->request) != w) return; /* not ours, or ended already */
+    struct runner_msg *m = push(r, t->request);
+    struct inferd_event *ev = &m->ev;
+    ev->request = t->request;
+    ev->token = t->token;
+    ev->logprob = t->logprob;
+    ev->n_top = t->n_top;
+    for (int k = 0; k < t->n_top; k++)
+        ev->top[k] = (struct inferd_token_logprob){t->top_token[k], t->top_logprob[k]};
+    ev->finish = (enum inferd_finish)t->finish;
+    ev->n_generated = (int)t->index + (t->token >= 0);
+    if (t->finish) {
+        ev->n_prompt = (int)t->n_prompt;
+        ev->n_cached = (int)t->n_cached;
+        ev->queue_s = t->queue_s;
+        ev->n_generated = (int)t->n_generated;
+        ev->error = t->error;
+        snprintf(ev->message, sizeof(ev->message), "%s", t->message);
+        u64map_del(&r->tags, t->request);
+        w->sent--;
+    }
+}
+
+static void on_frame(struct rworker *w, const struct cl_msg *m)
+{
+    struct remote *r = w->r;
+    switch (m->type) {
+    case CL_HELLO:
+        if (strcmp(m->u.hello.model, r->model) != 0) {
+            char why[CL_MAX_NAME * 2 + 64];
+            snprintf(why, sizeof(why), "serves '%s', not '%s': refused", m->u.hello.model,
+                     r->model);
+            down(w, why);
+            return;
+        }
+        w->hello = true;
+        w->logged_down = false;
+        snprintf(w->name, sizeof(w->name), "%s", m->u.hello.name);
+        log_info("remote: worker %s (%s) in rotation", w->addr, w->name);
+        return;
+    case CL_STATS:
+        w->stats = m->u.stats;
+        return;
+    case CL_TOKEN:
+        on_token(w, &m->u.token);
+        return;
+    case CL_ERROR:
+        if (m->u.error.request && u64map_get(&r->tags, m->u.error.request) == w) {
+            u64map_del(&r->tags, m->u.error.request);
+            w->sent--;
+            submit_error(r, m->u.error.request, m->u.error.code, m->u.error.message);
+        } else if (!m->u.error.request) {
+            log_warn("remote: worker %s says: %s", w->addr, m->u.error.message);
+        }
+        return;
+    case CL_PING: {
+        struct cl_msg pong = {.type = CL_PONG, .u.nonce = m->u.nonce};
+        send_msg(w, &pong);
+        return;
+    }
+    case CL_PONG:
+        return;
+    case CL_BYE:
+        down(w, "it said BYE");
+        return;
+    default: {
+        char why[64];
+        snprintf(why, sizeof(why), "it sent a %s frame", cl_type_name(m->type));
+        down(w, why);
+        return;
+    }
+    }
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    struct rworker *w = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    w->last_heard = time_now_s();
+    while (w->bev) {
+        size_t have = evbuffer_get_length(in), flen = 0;
+        if (!have) return;
+        const uint8_t *p = evbuffer_pullup(in, (ev_ssize_t)MIN(have, (size_t)CL_HEADER));
+        struct err_msg e = {{0}};
+        if (cl_frame_peek(p, MIN(have, (size_t)CL_HEADER), &flen, &e) < 0) {
+            down(w, e.text);
+            return;
+        }
+        if (!flen || have < flen) return;
+        p = evbuffer_pullup(in, (ev_ssize_t)flen);
+        struct cl_msg m;
+        if (cl_decode(p, flen, &m, &e)) {
+            down(w, e.text);
+            return;
+        }
+        evbuffer_drain(in, flen);
+        on_frame(w, &m); /* may take w down (w->bev NULL): the loop ends */
+        cl_msg_free(&m);
+    }
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    struct rworker *w = arg;
+    if (what & BEV_EVENT_CONNECTED) {
+        int one = 1;
+        setsockopt(bufferevent_getfd(w->bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        w->last_heard = time_now_s();
+        struct cl_msg m = {.type = CL_HELLO};
+        m.u.hello.role = CL_ROLE_GATEWAY;
+        snprintf(m.u.hello.name, sizeof(m.u.hello.name), "gateway");
+        send_msg(w, &m);
+        return;
+    }
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+        down(w, what & BEV_EVENT_EOF ? "connection closed" : "connection failed");
+}
+
+static void dial(struct rworker *w)
+{
+    w->bev = bufferevent_socket_new(w->r->evb, -1, BEV_OPT_CLOSE_ON_FREE);
+    bufferevent_setcb(w->bev, on_read, NULL, on_event, w);
+    bufferevent_enable(w->bev, EV_READ | EV_WRITE);
+    if (bufferevent_socket_connect(w->bev, (struct sockaddr *)&w->sa, sizeof(w->sa)) < 0)
+        down(w, "cannot connect");
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct remote *r = arg;
+    double now = time_now_s();
+    for (int i = 0; i < r->n; i++) {
+        struct rworker *w = &r->w[i];
+        if (!w->bev) {
+            dial(w);
+        } else if (w->hello && now - w->last_heard > silent_s) {
+            down(w, "silent for 2.5 s");
+        } else if (w->hello) {
+            struct cl_msg ping = {.type = CL_PING, .u.nonce = (uint64_t)(now * 1e3)};
+            send_msg(w, &ping);
+        }
+    }
+}
+
+/* The backend ---------------------------------------------------------------------------- */
+
+static struct remote *remote_of(struct node_backend *b)
+{
+    return (struct remote *)b;
+}
+
+static void r_submit(struct node_backend *b, uint64_t tag, const struct inferd_request *q,
+                     int64_t ttl_s)
+{
+    (void)ttl_s; /* workers keep no tiers yet */
+    struct remote *r = remote_of(b);
+    struct remote_worker_view v[MAX_WORKERS];
+    for (int i = 0; i < r->n; i++)
+        v[i] = (struct remote_worker_view){.up = r->w[i].bev && r->w[i].hello,
+                                           .running = (int)r->w[i].stats.running,
+                                           .waiting = (int)r->w[i].stats.waiting,
+                                           .sent = r->w[i].sent};
+    int k = remote_pick(v, r->n);
+    if (k < 0) {
+        submit_error(r, tag, ERR_UNAVAILABLE, "no worker available");
+        return;
+    }
+    struct rworker *w = &r->w[k];
+    struct cl_msg m = {.type = CL_SUBMIT};
+    struct cl_submit *s = &m.u.submit;
+    s->request = tag;
+    s->priority = q->priority;
+    s->max_tokens = (uint32_t)MAX(q->max_tokens, 0);
+    s->flags = (uint8_t)((q->ignore_eos ? CL_SUBMIT_IGNORE_EOS : 0) |
+                         (q->sampling.logprobs ? CL_SUBMIT_LOGPROBS : 0));
+    s->n_logprobs = (uint8_t)MIN(MAX(q->sampling.n_logprobs, 0), 255);
+    s->temperature = q->sampling.temperature;
+    s->top_k = q->sampling.top_k;
+    s->top_p = q->sampling.top_p;
+    s->min_p = q->sampling.min_p;
+    s->repetition_penalty = q->sampling.repetition_penalty;
+    s->presence_penalty = q->sampling.presence_penalty;
+    s->frequency_penalty = q->sampling.frequency_penalty;
+    s->seed = q->sampling.seed;
+    int32_t *bt = NULL;
+    float *bv = NULL;
+    if (q->sampling.n_logit_bias > 0) {
+        s->n_logit_bias = (uint32_t)q->sampling.n_logit_bias;
+        bt = xmalloc(sizeof(*bt) * s->n_logit_bias);
+        bv = xmalloc(sizeof(*bv) * s->n_logit_bias);
+        for (uint32_t i = 0; i < s->n_logit_bias; i++) {
+            bt[i] = q->sampling.logit_bias[i].token;
+            bv[i] = q->sampling.logit_bias[i].bias;
+        }
+        s->bias_token = bt;
+        s->bias = bv;
+    }
+    s->grammar_kind = (uint8_t)q->grammar.kind;
+    s->grammar = (char *)q->grammar.source;
+    s->grammar_len = q->grammar.source ? (uint32_t)q->grammar.len : 0;
+    s->cache_salt = (char *)q->cache_salt;
+    s->salt_len = (uint16_t)MIN(q->cache_salt_len, (size_t)CL_MAX_SALT);
+    s->n_prompt = (uint32_t)MAX(q->n_prompt, 0);
+    s->prompt = (int32_t *)q->prompt;
+    struct err_msg e = {{0}};
+    buf_clear(&r->enc);
+    int rc = cl_encode(&m, &r->enc, &e);
+    free(bt);
+    free(bv);
+    if (rc) { /* the same checks the engine makes, as its error */
+        submit_error(r, tag, ERR_INVALID, e.text + (strncmp(e.text, "encode: ", 8) ? 0 : 8));
+        return;
+    }
+    if (bufferevent_write(w->bev, r->enc.data, r->enc.len)) {
+        submit_error(r, tag, ERR_UNAVAILABLE, "the worker's connection failed");
+        return;
+    }
+    u64map_put(&r->tags, tag, w);
+    w->sent++;
+}
+
+static void r_cancel(struct node_backend *b, uint64_t tag)
+{
+    struct remote *r = remote_of(b);
+    struct rworker *w = u64map_get(&r->tags, tag);
+    if (!w || !w->bev) return;
+    struct cl_msg m = {.type = CL_CANCEL, .u.request = tag};
+    send_msg(w, &m);
+}
+
+static void r_pause(struct node_backend *b, uint64_t tag, bool paused)
+{
+    (void)b;
+    (void)tag;
+    (void)paused; /* remote.h: not done; the worker's socket fills instead */
+}
+
+static size_t r_drain(struct node_backend *b, struct runner_msg **msgs, size_t *cap)
+{
+    struct remote *r = remote_of(b);
+    uint64_t v;
+    if (read(r->base.wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        log_warn("remote: eventfd: %s", strerror(errno));
+    size_t n = r->n_out;
+    if (*cap < n) {
+        *cap = n;
+        *msgs = xrealloc(*msgs, n * sizeof(**msgs));
+    }
+    if (n) memcpy(*msgs, r->out, n * sizeof(*r->out));
+    r->n_out = 0;
+    return n;
+}
+
+static void r_stats(struct node_backend *b, struct runner_stats *s)
+{
+    struct remote *r = remote_of(b);
+    memset(s, 0, sizeof(*s));
+    for (int i = 0; i < r->n; i++) {
+        const struct rworker *w = &r->w[i];
+        if (!w->hello) continue;
+        s->engine.n_running += (int)w->stats.running;
+        s->engine.n_waiting += (int)w->stats.waiting;
+        s->engine.n_loading += (int)w->stats.loading;
+        s->engine.kv_blocks_total += (int)w->stats.kv_blocks_total;
+        s->engine.kv_blocks_used += (int)w->stats.kv_blocks_used;
+        s->engine.kv_blocks_cached += (int)w->stats.kv_blocks_cached;
+        s->engine.tokens_per_s += w->stats.tokens_per_s;
+        s->engine.queued_tokens += (int64_t)w->stats.queued_tokens;
+        s->engine.n_finished += w->stats.finished;
+    }
+    if (s->engine.tokens_per_s > 0)
+        s->engine.est_queue_ms = (double)s->engine.queued_tokens / s->engine.tokens_per_s * 1e3;
+}
+
+static const struct node_backend_ops remote_ops = {
+    .submit = r_submit, .cancel = r_cancel, .pause = r_pause, .drain = r_drain, .stats = r_stats};
+
+/* Parses list into w[0..*n): 0, or ERR_INVALID with a message. */
+static int parse_list(const char *list, struct rworker *w, int *n, struct err_msg *msg)
+{
+    *n = 0;
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char one[80];
+        if (!len || len >= sizeof(one) || *n == MAX_WORKERS)
+            return err_set(msg, ERR_INVALID,
+                           "--workers: '%.*s': expected HOST:PORT,... (at most %d workers)",
+                           (int)MIN(len, (size_t)60), p, MAX_WORKERS);
+        memcpy(one, p, len);
+        one[len] = 0;
+        char *colon = strrchr(one, ':'), *pe = NULL;
+        long port = colon ? strtol(colon + 1, &pe, 10) : 0;
+        if (colon) *colon = 0;
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        if (!colon || !colon[1] || *pe || port < 1 || port > 65535 ||
+            inet_pton(AF_INET, one, &sa.sin_addr) != 1)
+            return err_set(msg, ERR_INVALID,
+                           "--workers: '%.*s': expected an IPv4 HOST:PORT (port 1-65535)", (int)len,
+                           p);
+        if (w) {
+            w[*n].sa = sa;
+            snprintf(w[*n].addr, sizeof(w[*n].addr), "%.*s", (int)len, p);
+        }
+        (*n)++;
+        p = end ? end + 1 : p + len;
+    }
+    if (!*n) return err_set(msg, ERR_INVALID, "--workers: no worker named");
+    return 0;
+}
+
+int remote_check_list(const char *list, struct err_msg *msg)
+{
+    int n;
+    return parse_list(list, NULL, &n, msg);
+}
+
+int remote_new(struct event_base *base, const char *list, const char *model, struct remote **out,
+               struct err_msg *msg)
+{
+    struct remote *r = xcalloc(1, sizeof(*r));
+    r->evb = base;
+    snprintf(r->model, sizeof(r->model), "%s", model);
+    int rc = parse_list(list, r->w, &r->n, msg);
+    if (rc) {
+        free(r);
+        return rc;
+    }
+    for (int i = 0; i < r->n; i++)
+        r->w[i].r = r;
+    int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd < 0) {
+        free(r);
+        return err_set(msg, -errno, "eventfd: %s", strerror(errno));
+    }
+    r->base = (struct node_backend){.ops = &remote_ops, .wake_fd = fd};
+    for (int i = 0; i < r->n; i++)
+        dial(&r->w[i]);
+    r->tick = event_new(base, -1, EV_PERSIST, on_tick, r);
+    struct timeval every = {0, TICK_MS * 1000};
+    event_add(r->tick, &every);
+    *out = r;
+    return 0;
+}
+
+struct node_backend *remote_backend(struct remote *r)
+{
+    return &r->base;
+}
+
+int remote_n_up(const struct remote *r)
+{
+    int n = 0;
+    for (int i = 0; i < r->n; i++)
+        n += r->w[i].bev && r->w[i].hello;
+    return n;
+}
+
+void remote_free(struct remote *r)
+{
+    if (!r) return;
+    for (int i = 0; i < r->n; i++)
+        if (r->w[i].bev) bufferevent_free(r->w[i].bev);
+    if (r->tick) event_free(r->tick);
+    close(r->base.wake_fd);
+    u64map_release(&r->tags);
+    free(r->out);
+    buf_release(&r->enc);
+    free(r);
+}

@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# `inferd gateway` in front of two `inferd worker` processes on loopback,
+# against `inferd serve` on the same model: completions (greedy and seeded,
+# several choices, logprobs), a streamed chat and JSON-schema output give
+# bitwise the same tokens and logprobs through the gateway. Then the
+# failures: a worker killed with -9 leaves the other serving; with none
+# left a request is a clean 503 and the gateway lives on; a worker started
+# again on its port is back in rotation; a worker serving another model is
+# refused; bad --workers lists exit 2.
+source "$(dirname "$0")/../lib.sh"
+m=$(model tiny-qwen2-q8_0-gw --preset tiny --arch qwen2 --type q8_0)
+work=$(mktemp -d "$INFERD_SCRATCH/gateway.XXXXXX")
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# worker NAME [LISTEN] [MODEL]: sets $pid and $port.
+worker() {
+    local name=$1 listen=${2:-127.0.0.1:0} mdl=${3:-$m}
+    rm -f "$work/$name.port"
+    "$INFERD_BIN" worker -m "$mdl" --listen "$listen" --port-file "$work/$name.port" \
+        --threads 1 --ctx 512 --name "$name" >>"$work/$name.log" 2>&1 &
+    pid=$!
+    pids+=("$pid")
+    wait_port "$pid" "$work/$name.port" "$work/$name.log"
+}
+
+worker wa; wa_pid=$pid; wa_port=$port
+worker wb; wb_pid=$pid; wb_port=$port
+"$INFERD_BIN" gateway -m "$m" --name tiny --ctx 512 \
+    --workers "127.0.0.1:$wa_port,127.0.0.1:$wb_port" --port 0 --port-file "$work/gw.port" \
+    --data-dir "$work/gw-data" >>"$work/gw.log" 2>&1 &
+gw_pid=$!; pids+=("$gw_pid")
+wait_port "$gw_pid" "$work/gw.port" "$work/gw.log"; gw=$port
+"$INFERD_BIN" serve -m "$m" --name tiny --port 0 --port-file "$work/ref.port" --threads 1 \
+    --ctx 512 --data-dir "$work/ref-data" --kv-tier none >>"$work/ref.log" 2>&1 &
+ref_pid=$!; pids+=("$ref_pid")
+wait_port "$ref_pid" "$work/ref.port" "$work/ref.log"; ref=$port
+
+# both workers in rotation (HELLO done) before the comparisons
+for _ in $(seq 1 100); do
+    [ "$(grep -c 'in rotation' "$work/gw.log" || true)" -ge 2 ] && break
+    sleep 0.1
+done
+
+# ask PORT CASE: one request of a fixed case; prints its canonical outcome
+# (texts, tokens and logprobs of every choice; status for errors).
+ask() {
+    $PY - "$1" "$2" <<'EOF'
+import json, sys, urllib.request, urllib.error
+port, case = int(sys.argv[1]), sys.argv[2]
+prompt = [(7919 + i * 104729) % 150 + 10 for i in range(120)]
+if case == "greedy":
+    path, body = "/v1/completions", {"model": "tiny", "prompt": prompt, "max_tokens": 200,
+                                     "temperature": 0, "logprobs": 3, "ignore_eos": True}
+elif case == "seeded":
+    path, body = "/v1/completions", {"model": "tiny", "prompt": prompt, "max_tokens": 64,
+                                     "temperature": 0.9, "top_p": 0.95, "seed": 11, "n": 2,
+                                     "presence_penalty": 0.4, "logprobs": 2, "ignore_eos": True}
+elif case == "chat":
+    path, body = "/v1/chat/completions", {
+        "model": "tiny", "stream": True, "max_tokens": 48, "temperature": 0.7, "seed": 3,
+        "logprobs": True, "top_logprobs": 2,
+        "messages": [{"role": "user", "content": "Say something about the sea."}]}
+elif case == "json":
+    path, body = "/v1/chat/completions", {
+        "model": "tiny", "max_tokens": 60, "temperature": 0,
+        "messages": [{"role": "user", "content": "A point, please."}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": {
+            "type": "object", "properties": {"x": {"type": "integer"}},
+            "required": ["x"], "additionalProperties": False}}}}
+req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
+                             {"Content-Type": "application/json"})
+try:
+    with urllib.request.urlopen(req, timeout=120) as r:
+        raw = r.read().decode()
+except urllib.error.HTTPError as e:
+    print("status", e.code, json.loads(e.read()).get("error", {}).get("type"))
+    sys.exit(0)
+if body.get("stream"):
+    text, lps = "", []
+    for line in raw.splitlines():
+        if line.startswith("data: {"):
+            d = json.loads(line[6:])
+            for c in d.get("choices", []):
+                text += c.get("delta", {}).get("content") or ""
+                for t in (c.get("logprobs") or {}).get("content") or []:
+                    lps.append([t["token"], t["logprob"], [x["logprob"] for x in t["top_logprobs"]]])
+    print(json.dumps([text, lps]))
+else:
+    d = json.loads(raw)
+    out = []
+    for c in d["choices"]:
+        out.append([c.get("text") or c.get("message", {}).get("content"), c.get("logprobs"),
+                    c.get("finish_reason")])
+    print(json.dumps([out, d["usage"]["completion_tokens"]]))
+EOF
+}
+
+for case in greedy seeded chat json; do
+    a=$(ask "$gw" "$case"); b=$(ask "$ref" "$case")
+    if [ "$a" = "$b" ] && [ "${#a}" -gt 40 ] && [ "${a#status}" = "$a" ]; then
+        ok "gateway: $case gives bitwise the output of inferd serve"
+    else
+        fail "gateway: $case differs: ${a:0:300} vs ${b:0:300}"
+    fi
+done
+if curl -sf "http://127.0.0.1:$gw/metrics" | grep -q '^inferd_num_requests_running'; then
+    ok "gateway: /metrics answers with the workers' gauges"
+else
+    fail "gateway: /metrics"
+fi
+
+# a worker that hangs (SIGSTOP) is out of rotation within 3 s; the other serves
+kill -STOP "$wb_pid"
+t0=$(date +%s%N)
+for _ in $(seq 1 40); do
+    grep -q "worker 127.0.0.1:$wb_port: silent" "$work/gw.log" && break
+    sleep 0.1
+done
+dt=$(( ($(date +%s%N) - t0) / 1000000 ))  # ms
+good=0
+for _ in 1 2 3; do [ "$(ask "$gw" seeded)" = "$(ask "$ref" seeded)" ] && good=$((good + 1)); done
+if grep -q "worker 127.0.0.1:$wb_port: silent" "$work/gw.log" && [ "$dt" -lt 3500 ] &&
+    [ "$good" -eq 3 ]; then
+    ok "gateway: a stopped worker is out of rotation after $dt ms; the other serves 3 of 3"
+else
+    fail "gateway: stopped worker: out after $dt ms, $good of 3 served"
+fi
+kill -CONT "$wb_pid"
+for _ in $(seq 1 50); do
+    [ "$(grep -c "worker 127.0.0.1:$wb_port (wb) in rotation" "$work/gw.log" || true)" -ge 2 ] && break
+    sleep 0.1
+done
+
+# a worker killed with -9: the other serves every request
+kill -9 "$wa_pid"; wait "$wa_pid" 2>/dev/null || true
+good=0
+for _ in 1 2 3 4; do
+    r=$(ask "$gw" greedy)
+    [ "$r" = "$(ask "$ref" greedy)" ] && good=$((good + 1))
+done
+if [ "$good" -eq 4 ]; then ok "gateway: one worker killed, the other serves all 4 requests"
+else fail "gateway: $good of 4 requests served after a worker was killed"; fi
+
+# none left: a clean 503, the gateway lives on
+kill -9 "$wb_pid"; wait "$wb_pid" 2>/dev/null || true
+sleep 0.3
+r=$(ask "$gw" greedy)
+if [ "$r" = "status 503 server_error" ] || [ "${r:0:10}" = "status 503" ]; then
+    ok "gateway: no worker left is a 503 ($r)"
+else
+    fail "gateway: no worker left gave: ${r:0:200}"
+fi
+kill -0 "$gw_pid" && ok "gateway: still running" || fail "gateway: died"
+
+# a worker started again on its port is back within a few seconds
+worker wa2 "127.0.0.1:$wa_port"
+back=
+for _ in $(seq 1 50); do
+    r=$(ask "$gw" greedy)
+    if [ "${r:0:6}" != "status" ]; then back=1; break; fi
+    sleep 0.2
+done
+if [ -n "$back" ] && [ "$r" = "$(ask "$ref" greedy)" ]; then
+    ok "gateway: a restarted worker is back in rotation, same output"
+else
+    fail "gateway: the restarted worker did not come back: ${r:0:200}"
+fi
+
+# a worker of another model is refused
+other="$work/other.gguf"
+cp "$m" "$other"
+worker wo 127.0.0.1:0 "$other"
+wo_port=$port
+"$INFERD_BIN" gateway -m "$m" --name tiny --workers "127.0.0.1:$wo_port" --port 0 \
+    --port-file "$work/gw2.port" --data-dir "$work/gw2-data" >>"$work/gw2.log" 2>&1 &
+gw2_pid=$!; pids+=("$gw2_pid")
+wait_port "$gw2_pid" "$work/gw2.port" "$work/gw2.log"; gw2=$port
+sleep 0.5
+r=$(ask "$gw2" greedy)
+if [ "${r:0:10}" = "status 503" ] && grep -q "serves 'other.gguf'" "$work/gw2.log"; then
+    ok "gateway: a worker serving another model is refused"
+else
+    fail "gateway: another model's worker: ${r:0:200}"
+fi
+
+# bad --workers: one line, exit 2
+for bad in "nohost" "127.0.0.1:0" "127.0.0.1:99999" "1.2.3:80" ","; do
+    set +e
+    out=$("$INFERD_BIN" gateway -m "$m" --workers "$bad" 2>&1)
+    rc=$?
+    set -e
+    if [ "$rc" -eq 2 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q -- --workers; then
+        ok "gateway: --workers '$bad' refused: $out"
+    else
+        fail "gateway: --workers '$bad': rc=$rc $out"
+    fi
+done
+finish
