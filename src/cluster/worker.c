@@ -199,6 +199,23 @@ static void on_submit(struct wconn *c, const struct cl_submit *s)
         send_error(c, s->request, ERR_UNSUPPORTED, "streaming KV to a peer is not supported yet");
         return;
     }
+    if (w->cfg->mock) {
+        for (uint32_t i = 0; i < s->max_tokens; i++) {
+            struct cl_msg m = {.type = CL_TOKEN};
+            struct cl_token *t = &m.u.token;
+            t->request = s->request;
+            t->index = i;
+            t->token = s->prompt[i % s->n_prompt];
+            t->logprob = -1.0f;
+            if (i + 1 == s->max_tokens) {
+                t->finish = INFERD_FINISH_LENGTH;
+                t->n_prompt = s->n_prompt;
+                t->n_generated = s->max_tokens;
+            }
+            send_msg(c, &m);
+        }
+        return;
+    }
     struct inferd_logit_bias *bias = NULL;
     if (s->n_logit_bias) {
         bias = xmalloc(sizeof(*bias) * s->n_logit_bias);
@@ -256,8 +273,8 @@ static void on_submit(struct wconn *c, const struct cl_submit *s)
 
 static void send_stats(struct wconn *c)
 {
-    struct runner_stats rs;
-    runner_get_stats(&c->w->runner, &rs);
+    struct runner_stats rs = {0};
+    if (c->w->runner_on) runner_get_stats(&c->w->runner, &rs);
     const struct inferd_stats *e = &rs.engine;
     struct cl_msg m = {.type = CL_STATS};
     m.u.stats = (struct cl_stats){
@@ -466,6 +483,13 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 static int load(struct worker *w, const struct worker_config *cfg, struct err_msg *msg)
 {
     char err[512];
+    const char *base = strrchr(cfg->model_path, '/');
+    snprintf(w->me.model, sizeof(w->me.model), "%s", base ? base + 1 : cfg->model_path);
+    w->me.role = (uint8_t)cfg->role;
+    if (cfg->mock) { /* the runner exists for its eventfd and empty stats only */
+        w->runner.wake_fd = -1;
+        return 0;
+    }
     int rc = inferd_model_load(cfg->model_path, &w->model, err, sizeof(err));
     if (rc) return err_set(msg, rc, "model '%s': %s", cfg->model_path, err);
     struct inferd_engine_config ec;
@@ -477,12 +501,9 @@ static int load(struct worker *w, const struct worker_config *cfg, struct err_ms
     ec.kv_blocks = cfg->kv_blocks;
     if ((rc = inferd_engine_new(w->model, &ec, &w->engine, err, sizeof(err))))
         return err_set(msg, rc, "engine: %s", err);
-    w->me.role = (uint8_t)cfg->role;
     inferd_engine_fingerprint(w->engine, w->me.fingerprint);
     w->me.block_tokens = (uint32_t)inferd_engine_block_tokens(w->engine);
     w->me.frame_bytes = (uint32_t)inferd_kv_frame_bytes(w->engine);
-    const char *base = strrchr(cfg->model_path, '/');
-    snprintf(w->me.model, sizeof(w->me.model), "%s", base ? base + 1 : cfg->model_path);
     if ((rc = runner_start(&w->runner, w->engine, msg))) return rc;
     w->runner_on = true;
     return 0;
@@ -522,17 +543,18 @@ int worker_run(const struct worker_config *cfg, struct err_msg *msg)
         snprintf(w.me.name, sizeof(w.me.name), "%s", cfg->name);
     else
         snprintf(w.me.name, sizeof(w.me.name), "%s-%d", role_name(cfg->role), port);
-    w.wake_ev = event_new(w.base, w.runner.wake_fd, EV_READ | EV_PERSIST, on_wake, &w);
+    if (w.runner_on)
+        w.wake_ev = event_new(w.base, w.runner.wake_fd, EV_READ | EV_PERSIST, on_wake, &w);
     w.stats_ev = event_new(w.base, -1, EV_PERSIST, on_stats, &w);
     w.sig_int = evsignal_new(w.base, SIGINT, on_signal, &w);
     w.sig_term = evsignal_new(w.base, SIGTERM, on_signal, &w);
     struct timeval every = {cfg->stats_ms / 1000, (cfg->stats_ms % 1000) * 1000};
-    event_add(w.wake_ev, NULL);
+    if (w.wake_ev) event_add(w.wake_ev, NULL);
     event_add(w.stats_ev, &every);
     event_add(w.sig_int, NULL);
     event_add(w.sig_term, NULL);
-    log_info("worker %s (%s) serving '%s' on %s:%d", w.me.name, role_name(cfg->role), w.me.model,
-             cfg->host, port);
+    log_info("worker %s (%s) serving '%s'%s on %s:%d", w.me.name, role_name(cfg->role), w.me.model,
+             cfg->mock ? " as a mock (no engine)" : "", cfg->host, port);
     if (cfg->port_file) {
         FILE *pf = fopen(cfg->port_file, "w");
         if (pf) {

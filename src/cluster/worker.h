@@ -27,6 +27,10 @@
  * whole requests, as `mixed`); SUBMITs that resume (generated > 0) or that
  * stream their KV to a peer are refused with ERR_UNSUPPORTED; no KV tiers;
  * grammars compile on the runner thread at submit.
+ *
+ * Mock mode (--mock): the model file is only named in HELLO, no engine
+ * runs, and a SUBMIT is answered in the same loop turn; the gateway's own
+ * overhead is then what a client measures.
  */
 #ifndef INFERD_CLUSTER_WORKER_H
 #define INFERD_CLUSTER_WORKER_H
@@ -47,6 +51,9 @@ struct worker_config {
     int kv_blocks;          /* KV pool blocks (0: fit max_ctx x max_seqs) */
     int max_conns;          /* connections at once (default 256) */
     int stats_ms;           /* STATS frame period (default 250) */
+    bool mock;              /* no engine: every SUBMIT is answered at once with max_tokens
+                               tokens (the prompt's, cycled) and LENGTH, for measuring what
+                               a gateway costs on its own */
 };
 
 void worker_config_default(struct worker_config *c);

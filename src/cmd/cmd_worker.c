@@ -72,6 +72,10 @@ int cmd_worker(int argc, char **argv)
                     &c.stats_ms, 10, 60000),
         CMD_OPT_STR("port-file", 0, "FILE", "write the bound port there once listening",
                     &c.port_file),
+        CMD_OPT_FLAG("mock", 0,
+                     "no engine: answer every request at once (the prompt's\n"
+                     "tokens, cycled), to measure a gateway on its own",
+                     &c.mock),
         CMD_OPT_FLAG("verbose", 'v', "debug logging", &verbose),
         CMD_OPT_END,
     };

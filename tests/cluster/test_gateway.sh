@@ -188,6 +188,25 @@ else
     fail "gateway: another model's worker: ${r:0:200}"
 fi
 
+# a mock worker (no engine) answers at once through a gateway
+rm -f "$work/wm.port"
+"$INFERD_BIN" worker --mock -m "$m" --listen 127.0.0.1:0 --port-file "$work/wm.port" \
+    >>"$work/wm.log" 2>&1 &
+wm_pid=$!; pids+=("$wm_pid")
+wait_port "$wm_pid" "$work/wm.port" "$work/wm.log"; wm_port=$port
+"$INFERD_BIN" gateway -m "$m" --name tiny --ctx 512 --workers "127.0.0.1:$wm_port" --port 0 \
+    --port-file "$work/gw3.port" --data-dir "$work/gw3-data" >>"$work/gw3.log" 2>&1 &
+gw3_pid=$!; pids+=("$gw3_pid")
+wait_port "$gw3_pid" "$work/gw3.port" "$work/gw3.log"; gw3=$port
+for _ in $(seq 1 50); do grep -q 'in rotation' "$work/gw3.log" && break; sleep 0.1; done
+r=$(curl -s "http://127.0.0.1:$gw3/v1/completions" -H 'content-type: application/json' \
+    -d '{"model":"tiny","prompt":[5,9,14],"max_tokens":5,"stream":true}')
+if [ "$(echo "$r" | grep -c '"text"')" -ge 5 ] && echo "$r" | grep -q '"finish_reason":"length"'; then
+    ok "gateway: a mock worker streams its 5 tokens"
+else
+    fail "gateway: mock worker: ${r:0:300}"
+fi
+
 # bad --workers: one line, exit 2
 for bad in "nohost" "127.0.0.1:0" "127.0.0.1:99999" "1.2.3:80" ","; do
     set +e
