@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/timeutil.h"
 #include "base/u64map.h"
+#include "cluster/members.h"
 #include "cluster/proto.h"
 
 #include <arpa/inet.h>
@@ -42,6 +43,7 @@ struct rworker {
     struct cl_stats stats;   /* its last STATS */
     int sent;                /* requests of ours on it */
     char name[CL_MAX_NAME + 1];
+    bool removed; /* its Redis key is gone: not dialled, the slot is free */
 };
 
 struct remote {
@@ -54,7 +56,8 @@ struct remote {
     struct u64map tags; /* tag -> struct rworker * */
     struct runner_msg *out;
     size_t n_out, cap_out;
-    struct buf enc; /* encode scratch */
+    struct buf enc;          /* encode scratch */
+    struct members *members; /* Redis membership, or NULL (a static list) */
 };
 
 int remote_pick(const struct remote_worker_view *w, int n)
@@ -270,14 +273,62 @@ static void dial(struct rworker *w)
         down(w, "cannot connect");
 }
 
+static int parse_list(const char *list, struct rworker *w, int *n, struct err_msg *msg);
+
+/* Redis membership: workers whose key appeared join, those whose key is
+ * gone leave (their requests fail over as for a lost connection). */
+static void reconcile(struct remote *r)
+{
+    char addrs[MEMBERS_MAX][80];
+    int n = members_list(r->members, addrs, MEMBERS_MAX);
+    if (n < 0) return; /* Redis away: keep who we know */
+    for (int i = 0; i < r->n; i++) {
+        struct rworker *w = &r->w[i];
+        if (w->removed) continue;
+        bool listed = false;
+        for (int k = 0; k < n && !listed; k++)
+            listed = !strcmp(addrs[k], w->addr);
+        if (listed) continue;
+        if (w->bev || !w->logged_down)
+            log_info("remote: worker %s left (its key expired)", w->addr);
+        w->logged_down = true; /* no "out of rotation" line on top */
+        down(w, "left");
+        w->removed = true;
+    }
+    for (int k = 0; k < n; k++) {
+        int free_slot = -1;
+        bool known = false;
+        for (int i = 0; i < r->n && !known; i++) {
+            if (!r->w[i].removed && !strcmp(r->w[i].addr, addrs[k])) known = true;
+            if (r->w[i].removed && free_slot < 0) free_slot = i;
+        }
+        if (known) continue;
+        if (free_slot < 0 && r->n == MAX_WORKERS) continue;
+        struct rworker one;
+        int got;
+        struct err_msg e = {{0}};
+        if (parse_list(addrs[k], &one, &got, &e)) {
+            log_warn("remote: ignoring a member key: %s", e.text);
+            continue;
+        }
+        int i = free_slot >= 0 ? free_slot : r->n++;
+        r->w[i] = (struct rworker){.r = r, .sa = one.sa};
+        snprintf(r->w[i].addr, sizeof(r->w[i].addr), "%s", one.addr);
+        log_info("remote: worker %s joined", r->w[i].addr);
+        dial(&r->w[i]);
+    }
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     struct remote *r = arg;
     double now = time_now_s();
+    if (r->members) reconcile(r);
     for (int i = 0; i < r->n; i++) {
         struct rworker *w = &r->w[i];
+        if (w->removed) continue;
         if (!w->bev) {
             dial(w);
         } else if (w->hello && now - w->last_heard > silent_s) {
@@ -303,7 +354,7 @@ static void r_submit(struct node_backend *b, uint64_t tag, const struct inferd_r
     struct remote *r = remote_of(b);
     struct remote_worker_view v[MAX_WORKERS];
     for (int i = 0; i < r->n; i++)
-        v[i] = (struct remote_worker_view){.up = r->w[i].bev && r->w[i].hello,
+        v[i] = (struct remote_worker_view){.up = !r->w[i].removed && r->w[i].bev && r->w[i].hello,
                                            .running = (int)r->w[i].stats.running,
                                            .waiting = (int)r->w[i].stats.waiting,
                                            .sent = r->w[i].sent};
@@ -462,13 +513,14 @@ int remote_check_list(const char *list, struct err_msg *msg)
     return parse_list(list, NULL, &n, msg);
 }
 
-int remote_new(struct event_base *base, const char *list, const char *model, struct remote **out,
-               struct err_msg *msg)
+int remote_new(struct event_base *base, const char *list, const char *redis, const char *model,
+               struct remote **out, struct err_msg *msg)
 {
     struct remote *r = xcalloc(1, sizeof(*r));
     r->evb = base;
     snprintf(r->model, sizeof(r->model), "%s", model);
-    int rc = parse_list(list, r->w, &r->n, msg);
+    int rc = list ? parse_list(list, r->w, &r->n, msg) : 0;
+    if (!rc && redis) rc = members_open(redis, model, &r->members, msg);
     if (rc) {
         free(r);
         return rc;
@@ -486,6 +538,7 @@ int remote_new(struct event_base *base, const char *list, const char *model, str
     r->tick = event_new(base, -1, EV_PERSIST, on_tick, r);
     struct timeval every = {0, TICK_MS * 1000};
     event_add(r->tick, &every);
+    if (r->members) reconcile(r);
     *out = r;
     return 0;
 }
@@ -499,7 +552,7 @@ int remote_n_up(const struct remote *r)
 {
     int n = 0;
     for (int i = 0; i < r->n; i++)
-        n += r->w[i].bev && r->w[i].hello;
+        n += !r->w[i].removed && r->w[i].bev && r->w[i].hello;
     return n;
 }
 
@@ -509,6 +562,7 @@ void remote_free(struct remote *r)
     for (int i = 0; i < r->n; i++)
         if (r->w[i].bev) bufferevent_free(r->w[i].bev);
     if (r->tick) event_free(r->tick);
+    members_close(r->members);
     close(r->base.wake_fd);
     u64map_release(&r->tags);
     free(r->out);

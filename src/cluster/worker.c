@@ -15,6 +15,7 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "base/u64map.h"
+#include "cluster/members.h"
 #include "inferd/inferd.h"
 #include "node/runner.h"
 
@@ -67,8 +68,12 @@ struct worker {
     int n_conns;
     struct runner_msg *msgs;
     size_t cap_msgs;
-    struct cl_hello me; /* what our HELLO says */
-    struct buf out;     /* encode scratch */
+    struct cl_hello me;           /* what our HELLO says */
+    struct members *members;      /* Redis membership (NULL: none) */
+    struct event *beat_ev;        /* its heartbeat */
+    char addr[80];                /* HOST:PORT announced */
+    char value[CL_MAX_NAME + 16]; /* "<role> <name>" announced */
+    struct buf out;               /* encode scratch */
 };
 
 void worker_config_default(struct worker_config *c)
@@ -470,6 +475,14 @@ static void on_stats(evutil_socket_t fd, short what, void *arg)
         if (c->hello && !c->closing) send_stats(c);
 }
 
+static void on_beat(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct worker *w = arg;
+    members_announce(w->members, w->addr, w->value);
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
@@ -553,6 +566,15 @@ int worker_run(const struct worker_config *cfg, struct err_msg *msg)
     event_add(w.stats_ev, &every);
     event_add(w.sig_int, NULL);
     event_add(w.sig_term, NULL);
+    if (cfg->redis) {
+        if ((rc = members_open(cfg->redis, w.me.model, &w.members, msg))) goto out;
+        snprintf(w.addr, sizeof(w.addr), "%s:%d", cfg->host, port);
+        snprintf(w.value, sizeof(w.value), "%s %s", role_name(cfg->role), w.me.name);
+        members_announce(w.members, w.addr, w.value);
+        w.beat_ev = event_new(w.base, -1, EV_PERSIST, on_beat, &w);
+        struct timeval beat = {0, MEMBERS_BEAT_MS * 1000};
+        event_add(w.beat_ev, &beat);
+    }
     log_info("worker %s (%s) serving '%s'%s on %s:%d", w.me.name, role_name(cfg->role), w.me.model,
              cfg->mock ? " as a mock (no engine)" : "", cfg->host, port);
     if (cfg->port_file) {
@@ -564,6 +586,11 @@ int worker_run(const struct worker_config *cfg, struct err_msg *msg)
     }
     event_base_dispatch(w.base);
 out:
+    if (w.members) {
+        members_withdraw(w.members, w.addr); /* out of rotation now, not at expiry */
+        members_close(w.members);
+    }
+    if (w.beat_ev) event_free(w.beat_ev);
     while (w.conns)
         conn_free(w.conns);
     if (w.runner_on) runner_stop(&w.runner);

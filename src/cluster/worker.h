@@ -51,6 +51,7 @@ struct worker_config {
     int kv_blocks;          /* KV pool blocks (0: fit max_ctx x max_seqs) */
     int max_conns;          /* connections at once (default 256) */
     int stats_ms;           /* STATS frame period (default 250) */
+    const char *redis;      /* announce this worker there (members.h; NULL: don't) */
     bool mock;              /* no engine: every SUBMIT is answered at once with max_tokens
                                tokens (the prompt's, cycled) and LENGTH, for measuring what
                                a gateway costs on its own */

@@ -11,6 +11,7 @@
 
 #include "base/check.h"
 #include "base/log.h"
+#include "cluster/members.h"
 #include "cluster/remote.h"
 #include "serve/serve.h"
 
@@ -261,12 +262,15 @@ static int serve_main(int argc, char **argv, bool gateway)
         CMD_OPT_FLAG("verbose", 'v', "debug logging", &verbose),
         /* the gateway's own, last: serve ends its table before them */
         CMD_OPT_STR("workers", 0, "LIST",
-                    "the workers that run the engine: HOST:PORT,...\n(inferd worker; required)",
-                    &c.workers),
+                    "the workers that run the engine: HOST:PORT,...\n(inferd worker)", &c.workers),
+        CMD_OPT_STR("redis", 0, "URL",
+                    "take the workers announced in this Redis\n(redis://HOST:PORT or "
+                    "unix:/PATH; with or instead of --workers)",
+                    &c.redis),
         CMD_OPT_CALL("listen", 0, "HOST:PORT", "listen address and port in one", set_listen, &c),
         CMD_OPT_END,
     };
-    if (!gateway) opts[ARRAY_LEN(opts) - 3] = opts[ARRAY_LEN(opts) - 1];
+    if (!gateway) opts[ARRAY_LEN(opts) - 4] = opts[ARRAY_LEN(opts) - 1];
     const struct cmd_spec spec = {.name = self,
                                   .synopsis =
                                       gateway ? "-m MODEL.gguf --workers HOST:PORT,... [options]"
@@ -277,16 +281,22 @@ static int serve_main(int argc, char **argv, bool gateway)
     if (r != CMD_OPT_OK) return cmd_opt_exit(r);
     if (cmd_opt_operands_max(&spec, argc, argv, argi, 0)) return CMD_EXIT_USAGE;
     if (verbose) log_set_level(LOG_LEVEL_DEBUG);
-    if (gateway && (!c.workers || !c.model_path)) {
+    if (gateway && ((!c.workers && !c.redis) || !c.model_path)) {
         fprintf(stderr, "inferd gateway: %s\n",
                 !c.model_path ? "a model is needed (-m FILE: the workers' GGUF, for its tokenizer "
                                 "and chat template)"
-                              : "--workers is needed (HOST:PORT,...)");
+                              : "--workers HOST:PORT,... or --redis URL is needed");
         return CMD_EXIT_USAGE;
     }
 
     struct err_msg msg = {{0}};
-    if (gateway && remote_check_list(c.workers, &msg)) {
+    struct members *probe = NULL;
+    if (gateway && c.redis && members_open(c.redis, "x", &probe, &msg)) {
+        fprintf(stderr, "inferd gateway: %s\n", msg.text);
+        return CMD_EXIT_USAGE;
+    }
+    members_close(probe);
+    if (gateway && c.workers && remote_check_list(c.workers, &msg)) {
         fprintf(stderr, "inferd gateway: %s\n", msg.text);
         return CMD_EXIT_USAGE;
     }

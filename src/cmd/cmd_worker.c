@@ -72,6 +72,10 @@ int cmd_worker(int argc, char **argv)
                     &c.stats_ms, 10, 60000),
         CMD_OPT_STR("port-file", 0, "FILE", "write the bound port there once listening",
                     &c.port_file),
+        CMD_OPT_STR("redis", 0, "URL",
+                    "announce this worker in Redis for gateways\n(redis://HOST:PORT or "
+                    "unix:/PATH; keys expire 2.5 s\nafter the last heartbeat)",
+                    &c.redis),
         CMD_OPT_FLAG("mock", 0,
                      "no engine: answer every request at once (the prompt's\n"
                      "tokens, cycled), to measure a gateway on its own",

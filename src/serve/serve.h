@@ -29,6 +29,8 @@ struct serve_config {
     const char *api_key;         /* required bearer key, or NULL for none */
     const char *workers;         /* gateway: "HOST:PORT,..." of the workers that run the
                                     engine (cluster/remote.h); NULL: the engine runs here */
+    const char *redis;           /* gateway: the workers announced in this Redis (URL,
+                                    cluster/members.h), with or besides workers */
     int n_threads;               /* engine compute threads (0: all cores) */
     int max_ctx;                 /* context length per request (0: min(trained, 4096)) */
     int max_seqs;                /* sequences running at once in the engine */

@@ -370,7 +370,7 @@ static int load(struct server *s, const struct serve_config *cfg, struct err_msg
     }
     detect_tools(s);
     s->n_vocab = inferd_model_n_vocab(s->model);
-    if (cfg->workers) { /* a gateway: the engine runs in the workers */
+    if (cfg->workers || cfg->redis) { /* a gateway: the engine runs in the workers */
         int train = inferd_model_n_ctx_train(s->model);
         s->max_ctx = cfg->max_ctx ? cfg->max_ctx : MIN(train, 4096);
         prompt_bound(s);
@@ -464,9 +464,10 @@ int serve_run(const struct serve_config *cfg, struct err_msg *msg)
     else
         log_info("serving '%s' from %s", s.model_name, cfg->model_path);
     s.base = event_base_new();
-    if (cfg->workers) {
+    if (cfg->workers || cfg->redis) {
         const char *b = strrchr(cfg->model_path, '/');
-        if ((rc = remote_new(s.base, cfg->workers, b ? b + 1 : cfg->model_path, &s.remote, msg)))
+        if ((rc = remote_new(s.base, cfg->workers, cfg->redis, b ? b + 1 : cfg->model_path,
+                             &s.remote, msg)))
             goto out;
         s.be = remote_backend(s.remote);
     }
