@@ -42,3 +42,16 @@ wait_port() {
     cat "$log" >&2
     return 1
 }
+
+# start_redis: a redis-server on the Unix socket $sock, its files in $work
+# (both set by the caller); sets $redis_pid. Fails if it does not answer.
+start_redis() {
+    redis-server --unixsocket "$sock" --port 0 --save "" --appendonly no --dir "$work" \
+        >>"$work/redis.log" 2>&1 &
+    redis_pid=$!
+    for _ in $(seq 1 100); do
+        redis-cli -s "$sock" ping 2>/dev/null | grep -q PONG && return 0
+        sleep 0.05
+    done
+    return 1
+}

@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/timeutil.h"
 #include "base/u64map.h"
+#include "cluster/conn.h"
 #include "cluster/members.h"
 #include "cluster/proto.h"
 
@@ -225,23 +226,14 @@ static void on_read(struct bufferevent *bev, void *arg)
     struct evbuffer *in = bufferevent_get_input(bev);
     w->last_heard = time_now_s();
     while (w->bev) {
-        size_t have = evbuffer_get_length(in), flen = 0;
-        if (!have) return;
-        const uint8_t *p = evbuffer_pullup(in, (ev_ssize_t)MIN(have, (size_t)CL_HEADER));
-        struct err_msg e = {{0}};
-        if (cl_frame_peek(p, MIN(have, (size_t)CL_HEADER), &flen, &e) < 0) {
-            down(w, e.text);
-            return;
-        }
-        if (!flen || have < flen) return;
-        p = evbuffer_pullup(in, (ev_ssize_t)flen);
         struct cl_msg m;
-        if (cl_decode(p, flen, &m, &e)) {
-            down(w, e.text);
-            return;
-        }
-        evbuffer_drain(in, flen);
-        on_frame(w, &m); /* may take w down (w->bev NULL): the loop ends */
+        struct err_msg e = {{0}};
+        size_t len = 0;
+        int rc = cl_evbuffer_next(in, &m, &len, &e);
+        if (rc < 0) down(w, e.text);
+        if (rc <= 0) return;
+        evbuffer_drain(in, len); /* nothing here keeps a KV_BLOCK's bytes */
+        on_frame(w, &m);         /* may take w down (w->bev NULL): the loop ends */
         cl_msg_free(&m);
     }
 }

@@ -15,6 +15,7 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "base/u64map.h"
+#include "cluster/conn.h"
 #include "cluster/members.h"
 #include "inferd/inferd.h"
 #include "node/runner.h"
@@ -365,25 +366,15 @@ static void on_read(struct bufferevent *bev, void *arg)
     struct wconn *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
     while (!c->closing) {
-        size_t have = evbuffer_get_length(in), flen = 0;
-        if (!have) return;
-        const uint8_t *p = evbuffer_pullup(in, (ev_ssize_t)MIN(have, (size_t)CL_HEADER));
-        struct err_msg e = {{0}};
-        int rc = cl_frame_peek(p, MIN(have, (size_t)CL_HEADER), &flen, &e);
-        if (rc < 0) {
-            refuse(c, e.text);
-            return;
-        }
-        if (!flen || have < flen) return; /* the rest has not come yet */
-        p = evbuffer_pullup(in, (ev_ssize_t)flen);
         struct cl_msg m;
-        if (cl_decode(p, flen, &m, &e)) {
-            refuse(c, e.text);
-            return;
-        }
-        evbuffer_drain(in, flen);
+        struct err_msg e = {{0}};
+        size_t len = 0;
+        int rc = cl_evbuffer_next(in, &m, &len, &e);
+        if (rc < 0) refuse(c, e.text);
+        if (rc <= 0) return;
         on_frame(c, &m); /* may close c, never frees it */
         cl_msg_free(&m);
+        evbuffer_drain(in, len);
     }
 }
 

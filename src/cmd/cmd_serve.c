@@ -134,16 +134,8 @@ static int set_listen(void *dst, const char *spelling, const char *val, struct e
 {
     struct serve_config *c = dst;
     static char host[64];
-    const char *colon = strrchr(val, ':');
-    char *end;
-    long port = colon ? strtol(colon + 1, &end, 10) : -1;
-    if (!colon || colon == val || (size_t)(colon - val) >= sizeof(host) || !colon[1] || *end ||
-        port < 0 || port > 65535)
-        return err_set(m, ERR_INVALID, "%s: expected HOST:PORT (port 0-65535), got '%s'", spelling,
-                       val);
-    snprintf(host, sizeof(host), "%.*s", (int)(colon - val), val);
+    if (cmd_parse_host_port(spelling, val, host, sizeof(host), &c->port, m)) return ERR_INVALID;
     c->host = host;
-    c->port = (int)port;
     return 0;
 }
 

@@ -28,16 +28,7 @@ struct listen_addr {
 static int set_listen(void *dst, const char *spelling, const char *val, struct err_msg *m)
 {
     struct listen_addr *a = dst;
-    const char *colon = strrchr(val, ':');
-    char *end;
-    long port = colon ? strtol(colon + 1, &end, 10) : -1;
-    if (!colon || colon == val || (size_t)(colon - val) >= sizeof(a->host) || !colon[1] || *end ||
-        port < 0 || port > 65535)
-        return err_set(m, ERR_INVALID, "%s: expected HOST:PORT (port 0-65535), got '%s'", spelling,
-                       val);
-    snprintf(a->host, sizeof(a->host), "%.*s", (int)(colon - val), val);
-    a->port = (int)port;
-    return 0;
+    return cmd_parse_host_port(spelling, val, a->host, sizeof(a->host), &a->port, m);
 }
 
 int cmd_worker(int argc, char **argv)

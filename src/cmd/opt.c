@@ -19,6 +19,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -467,4 +468,19 @@ enum cmd_opt_result cmd_opt_parse(const struct cmd_spec *spec, int argc, char **
     free(lo);
     free(shorts);
     return r;
+}
+
+int cmd_parse_host_port(const char *spelling, const char *val, char *host, size_t cap, int *port,
+                        struct err_msg *m)
+{
+    const char *colon = strrchr(val, ':');
+    char *end;
+    long p = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (!colon || colon == val || (size_t)(colon - val) >= cap || !colon[1] || *end || p < 0 ||
+        p > 65535)
+        return err_set(m, ERR_INVALID, "%s: expected HOST:PORT (port 0-65535), got '%s'", spelling,
+                       val);
+    snprintf(host, cap, "%.*s", (int)(colon - val), val);
+    *port = (int)p;
+    return 0;
 }

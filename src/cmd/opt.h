@@ -109,6 +109,11 @@ struct cmd_choice {
     int value;        /* stored into dst */
 };
 
+/* HOST:PORT (port 0-65535) from val into host (cap bytes) and *port, for
+ * a --listen setter; ERR_INVALID with a message that begins with spelling. */
+int cmd_parse_host_port(const char *spelling, const char *val, char *host, size_t cap, int *port,
+                        struct err_msg *m);
+
 /* f16, bf16, f32 -> enum inferd_kv_type (serve, run, logits, bench-engine). */
 extern const struct cmd_choice cmd_kv_types[];
 

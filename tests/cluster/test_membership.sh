@@ -19,16 +19,6 @@ cleanup() {
 trap cleanup EXIT
 
 sock="$work/redis.sock"
-start_redis() {
-    redis-server --unixsocket "$sock" --port 0 --save "" --appendonly no --dir "$work" \
-        >>"$work/redis.log" 2>&1 &
-    redis_pid=$!
-    for _ in $(seq 1 100); do
-        redis-cli -s "$sock" ping 2>/dev/null | grep -q PONG && return 0
-        sleep 0.05
-    done
-    return 1
-}
 start_redis || { fail "redis-server did not start"; finish; exit 1; }
 
 worker() {

@@ -121,16 +121,6 @@ stop "$pid"; stop "$pidA"
 
 # Redis: a real redis-server on a Unix socket in the scratch directory.
 sock="$work/redis.sock"
-start_redis() {
-    redis-server --unixsocket "$sock" --port 0 --save "" --appendonly no --dir "$work" \
-        >>"$work/redis.log" 2>&1 &
-    redis_pid=$!
-    for _ in $(seq 1 100); do
-        redis-cli -s "$sock" ping 2>/dev/null | grep -q PONG && return 0
-        sleep 0.05
-    done
-    return 1
-}
 start_redis || { fail "redis-server did not start"; finish; exit 1; }
 start redis --kv-tier "redis+unix://$sock" || { fail "redis server"; finish; exit 1; }
 ask "$port" 1 >/dev/null

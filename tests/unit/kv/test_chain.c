@@ -8,6 +8,7 @@
  */
 #include "test.h"
 
+#include "base/check.h"
 #include "base/err.h"
 #include "kv/chain.h"
 #include "kv/spec.h"
@@ -71,23 +72,32 @@ static void drain(struct kv_chain *c)
 
 static char dir[256];
 
+/* A started chain of a 1 MiB RAM tier (write-back) and a 1 MiB disk tier
+ * at d (write-through). */
+static struct kv_chain *ram_disk_chain(const char *d)
+{
+    struct kv_frame_layout l = layout();
+    struct err_msg msg = {{0}};
+    struct kv_chain_opts o = {.now = clock_fn};
+    struct kv_chain *c;
+    CHECK(kv_chain_new(&l, &o, &c, &msg) == 0);
+    struct kv_tier *ram, *disk;
+    CHECK(kv_tier_ram_open(&l, 1 << 20, &(struct kv_tier_policy){0}, &ram, &msg) == 0);
+    CHECK(kv_tier_disk_open(d, &l, 1 << 20, &(struct kv_tier_policy){0}, fake_now, &disk, &msg) ==
+          0);
+    struct kv_chain_tier_cfg back = {.write = KV_WRITE_BACK}, thru = {.write = KV_WRITE_THROUGH};
+    CHECK(kv_chain_add(c, ram, &back, &msg) == 0);
+    CHECK(kv_chain_add(c, disk, &thru, &msg) == 0);
+    CHECK(kv_chain_start(c, &msg) == 0);
+    return c;
+}
+
 TEST(load_takes_the_leading_run_across_tiers)
 {
     struct kv_frame_layout l = layout();
     const size_t fb = kv_frame_bytes(&l);
-    struct err_msg msg = {{0}};
-    struct kv_chain_opts o = {.now = clock_fn};
-    struct kv_chain *c;
-    EXPECT_EQ_INT(kv_chain_new(&l, &o, &c, &msg), 0);
-    struct kv_tier *ram, *disk;
-    EXPECT_EQ_INT(kv_tier_ram_open(&l, 1 << 20, &(struct kv_tier_policy){0}, &ram, &msg), 0);
     snprintf(dir, sizeof(dir), "/tmp/inferd-test-chain-%d", (int)getpid());
-    EXPECT_EQ_INT(
-        kv_tier_disk_open(dir, &l, 1 << 20, &(struct kv_tier_policy){0}, fake_now, &disk, &msg), 0);
-    struct kv_chain_tier_cfg back = {.write = KV_WRITE_BACK}, thru = {.write = KV_WRITE_THROUGH};
-    EXPECT_EQ_INT(kv_chain_add(c, ram, &back, &msg), 0);
-    EXPECT_EQ_INT(kv_chain_add(c, disk, &thru, &msg), 0);
-    EXPECT_EQ_INT(kv_chain_start(c, &msg), 0);
+    struct kv_chain *c = ram_disk_chain(dir);
 
     uint8_t *f = malloc(fb), ids[6][16];
     /* blocks 0, 1 evicted (RAM); 2, 3 stored (disk); 5 stored; 4 nowhere */
@@ -229,20 +239,9 @@ TEST(load_switches_tiers_inside_a_run)
 {
     struct kv_frame_layout l = layout();
     const size_t fb = kv_frame_bytes(&l);
-    struct err_msg msg = {{0}};
-    struct kv_chain_opts o = {.now = clock_fn};
-    struct kv_chain *c;
-    EXPECT_EQ_INT(kv_chain_new(&l, &o, &c, &msg), 0);
-    struct kv_tier *ram, *disk;
-    EXPECT_EQ_INT(kv_tier_ram_open(&l, 1 << 20, &(struct kv_tier_policy){0}, &ram, &msg), 0);
     char d[300];
     snprintf(d, sizeof(d), "/tmp/inferd-test-chain2-%d", (int)getpid());
-    EXPECT_EQ_INT(
-        kv_tier_disk_open(d, &l, 1 << 20, &(struct kv_tier_policy){0}, fake_now, &disk, &msg), 0);
-    struct kv_chain_tier_cfg back = {.write = KV_WRITE_BACK}, thru = {.write = KV_WRITE_THROUGH};
-    EXPECT_EQ_INT(kv_chain_add(c, ram, &back, &msg), 0);
-    EXPECT_EQ_INT(kv_chain_add(c, disk, &thru, &msg), 0);
-    EXPECT_EQ_INT(kv_chain_start(c, &msg), 0);
+    struct kv_chain *c = ram_disk_chain(d);
     uint8_t *f = malloc(fb), ids[6][16];
     for (int k = 0; k < 6; k++) {
         frame_of(&l, 20 + k, f, ids[k]);
