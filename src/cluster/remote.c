@@ -340,7 +340,7 @@ static struct remote *remote_of(struct node_backend *b)
 }
 
 static void r_submit(struct node_backend *b, uint64_t tag, const struct inferd_request *q,
-                     int64_t ttl_s)
+                     int64_t ttl_s, const char *traceparent)
 {
     (void)ttl_s; /* workers keep no tiers yet */
     struct remote *r = remote_of(b);
@@ -359,6 +359,7 @@ static void r_submit(struct node_backend *b, uint64_t tag, const struct inferd_r
     struct cl_msg m = {.type = CL_SUBMIT};
     struct cl_submit *s = &m.u.submit;
     s->request = tag;
+    snprintf(s->traceparent, sizeof(s->traceparent), "%s", traceparent ? traceparent : "");
     s->priority = q->priority;
     s->max_tokens = (uint32_t)MAX(q->max_tokens, 0);
     s->flags = (uint8_t)((q->ignore_eos ? CL_SUBMIT_IGNORE_EOS : 0) |

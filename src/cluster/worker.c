@@ -49,9 +49,10 @@ struct wconn {
 };
 
 struct live {
-    struct wconn *conn; /* NULL once the connection is gone */
-    uint64_t request;   /* the peer's id */
-    uint32_t index;     /* next TOKEN index */
+    struct wconn *conn;           /* NULL once the connection is gone */
+    uint64_t request;             /* the peer's id */
+    uint32_t index;               /* next TOKEN index */
+    char trace[CL_MAX_TRACE + 1]; /* its traceparent, for the log line */
 };
 
 struct worker {
@@ -271,6 +272,7 @@ static void on_submit(struct wconn *c, const struct cl_submit *s)
     uint64_t tag = ++w->next_tag;
     struct live *l = xcalloc(1, sizeof(*l));
     *l = (struct live){.conn = c, .request = s->request};
+    snprintf(l->trace, sizeof(l->trace), "%s", s->traceparent[0] ? s->traceparent : "-");
     u64map_put(&w->tags, tag, l);
     u64map_put(&c->reqs, s->request, (void *)(uintptr_t)tag);
     runner_submit(&w->runner, tag, &req); /* copies the prompt, bias and grammar source */
@@ -450,6 +452,14 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
             send_msg(l->conn, &m);
         }
         if (last) {
+            static const char *const fin[] = {"none", "stop", "length", "cancelled", "error"};
+            if (r->rc)
+                log_info("worker: request %llu refused: %s traceparent=%s",
+                         (unsigned long long)l->request, r->err, l->trace);
+            else
+                log_info("worker: request %llu %s prompt=%d cached=%d gen=%d traceparent=%s",
+                         (unsigned long long)l->request, fin[r->ev.finish % 5], r->ev.n_prompt,
+                         r->ev.n_cached, r->ev.n_generated, l->trace);
             if (l->conn) u64map_del(&l->conn->reqs, l->request);
             u64map_del(&w->tags, r->tag);
             free(l);

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 #include <sys/random.h>
 #include <time.h>
 
@@ -443,7 +444,9 @@ static void start_generation(struct server *s, struct call *c)
         q.grammar.source = r->grammar_src;
         q.grammar.len = r->grammar_src ? strlen(r->grammar_src) : 0;
         q.grammar.compiled = p->grammar; /* the engine takes its own reference */
-        s->be->ops->submit(s->be, g->tag, &q, p->kv_ttl_s);
+        char tp[64];
+        snprintf(tp, sizeof(tp), "00-%s-%016llx-01", c->trace_id, (unsigned long long)g->tag);
+        s->be->ops->submit(s->be, g->tag, &q, p->kv_ttl_s, tp);
     }
     flush(c);
 }
@@ -479,6 +482,34 @@ static void prep_done(struct jobq_job *j)
     maybe_free(c);
 }
 
+static bool lower_hex(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
+    return true;
+}
+
+/* The W3C trace id of a request: from a well-formed traceparent header
+ * ("00-<32 hex>-<16 hex>-<2 hex>", not all zeros), else the request id when
+ * it is 32 hex digits (ours are), else a hash of it. */
+static void trace_id_of(const struct http_request *req, const char *request_id, char out[33])
+{
+    const char *tp = http_header(req, "traceparent");
+    if (tp && strlen(tp) == 55 && !strncmp(tp, "00-", 3) && tp[35] == '-' && tp[52] == '-' &&
+        lower_hex(tp + 3, 32) && lower_hex(tp + 36, 16) &&
+        strncmp(tp + 3, "00000000000000000000000000000000", 32)) {
+        snprintf(out, 33, "%.32s", tp + 3);
+        return;
+    }
+    size_t n = strlen(request_id);
+    if (n == 32 && lower_hex(request_id, 32)) {
+        snprintf(out, 33, "%s", request_id);
+        return;
+    }
+    XXH128_hash_t h = XXH3_128bits(request_id, n);
+    snprintf(out, 33, "%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
+}
+
 void call_start(struct server *s, struct http_request *req, const char *endpoint,
                 enum api_kind kind)
 {
@@ -488,6 +519,7 @@ void call_start(struct server *s, struct http_request *req, const char *endpoint
     c->endpoint = endpoint;
     snprintf(c->method, sizeof(c->method), "%s", http_method(req));
     snprintf(c->request_id, sizeof(c->request_id), "%s", http_request_id(req));
+    trace_id_of(req, c->request_id, c->trace_id);
     c->t_start_ns = http_t_start_ns(req);
     c->r.kind = kind;
     c->next = s->calls;

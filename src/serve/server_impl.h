@@ -89,6 +89,8 @@ struct call {
     const char *endpoint;                   /* route label for metrics */
     char method[16];                        /* the request's method, for the log line */
     char request_id[136];                   /* its x-request-id, for the log line */
+    char trace_id[33];                      /* W3C trace id: the client's traceparent's,
+                                               else its request id's (32 hex digits) */
     struct api_request r;                   /* decoded request */
     struct call_prep prep;                  /* the prep job's results */
     int kv_tier_blocks[KV_CHAIN_MAX_TIERS]; /* prompt blocks each KV tier served */

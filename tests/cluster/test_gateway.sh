@@ -108,6 +108,21 @@ for case in greedy seeded chat json; do
         fail "gateway: $case differs: ${a:0:300} vs ${b:0:300}"
     fi
 done
+# one trace across the hops: the client's traceparent, else the request id
+tid=4bf92f3577b34da6a3ce929d0e0e4736
+curl -s "http://127.0.0.1:$gw/v1/completions" -H 'content-type: application/json' \
+    -H "traceparent: 00-$tid-00f067aa0ba902b7-01" \
+    -d '{"model":"tiny","prompt":[5,9,14],"max_tokens":3}' >/dev/null
+rid=$(curl -s -D - -o /dev/null "http://127.0.0.1:$gw/v1/completions" \
+    -H 'content-type: application/json' -d '{"model":"tiny","prompt":[5,9,14],"max_tokens":3}' |
+    tr -d '\r' | awk -F': ' 'tolower($1) == "x-request-id" {print $2}')
+sleep 0.2
+if grep -q "traceparent=00-$tid-" "$work"/w[ab].log && [ -n "$rid" ] &&
+    grep -q "traceparent=00-$rid-" "$work"/w[ab].log && grep -q "id=$rid" "$work/gw.log"; then
+    ok "gateway: the trace id reaches the worker's log (client's traceparent; else the request id)"
+else
+    fail "gateway: trace ids: rid=$rid; $(grep -h traceparent "$work"/w[ab].log | tail -2)"
+fi
 if curl -sf "http://127.0.0.1:$gw/metrics" | grep -q '^inferd_num_requests_running'; then
     ok "gateway: /metrics answers with the workers' gauges"
 else
