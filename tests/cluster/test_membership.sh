@@ -75,9 +75,9 @@ keys=$(redis-cli -s "$sock" --scan --pattern 'inferd:workers:*' | wc -l)
 # a hung worker: out of rotation within 3 s, back when it resumes
 kill -STOP "$wb_pid"
 t0=$(date +%s%N)
-wait_log "worker 127.0.0.1:$wb_port \(left\|: silent\)" 1 40 || true
+wait_log "worker 127.0.0.1:$wb_port\( left\|: silent\)" 1 40 || true
 dt=$(( ($(date +%s%N) - t0) / 1000000 ))
-if grep -q "worker 127.0.0.1:$wb_port \(left\|: silent\)" "$work/gw.log" && [ "$dt" -lt 3500 ] &&
+if grep -q "worker 127.0.0.1:$wb_port\( left\|: silent\)" "$work/gw.log" && [ "$dt" -lt 3500 ] &&
     [ "$(served 3)" = 3 ]; then
     ok "membership: a stopped worker is out of rotation after $dt ms; the other serves"
 else
@@ -107,11 +107,12 @@ keys=$(redis-cli -s "$sock" --scan --pattern 'inferd:workers:*' | wc -l)
 # a clean stop withdraws at once
 kill -TERM "$wa_pid"
 t0=$(date +%s%N)
-wait_log "worker 127.0.0.1:$wa_port \(left\|: connection closed\)" 1 30 || true
-wait "$wa_pid" 2>/dev/null || true
+wait_log "worker 127.0.0.1:$wa_port\( left\|: connection closed\)" 1 30 || true
 dt=$(( ($(date +%s%N) - t0) / 1000000 ))
-if [ "$dt" -lt 1500 ] && [ "$(served 3)" = 3 ] &&
-    [ "$(redis-cli -s "$sock" --scan --pattern 'inferd:workers:*' | wc -l)" -eq 1 ]; then
+wait "$wa_pid" 2>/dev/null || true
+nkeys() { redis-cli -s "$sock" --scan --pattern 'inferd:workers:*' | wc -l; }
+for _ in $(seq 1 30); do [ "$(nkeys)" -eq 1 ] && break; sleep 0.1; done
+if [ "$dt" -lt 1500 ] && [ "$(served 3)" = 3 ] && [ "$(nkeys)" -eq 1 ]; then
     ok "membership: a worker stopped with SIGTERM leaves in $dt ms, its key deleted"
 else
     fail "membership: SIGTERM'd worker: $dt ms"
