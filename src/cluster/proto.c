@@ -318,6 +318,12 @@ static void dec_stats(struct rd *r, struct cl_stats *s)
         fail(r, "step costs", "negative");
     s->queued_tokens = rd_uint(r, 8, "queued tokens");
     s->finished = rd_uint(r, 8, "finished");
+    for (int i = 0; i < CL_STAT_COUNTERS; i++)
+        s->counter[i] = rd_uint(r, 8, "counters");
+    s->decode_step_s = rd_f64(r, "decode step seconds");
+    s->prompt_step_s = rd_f64(r, "prompt step seconds");
+    if (!r->rc && (s->decode_step_s < 0 || s->prompt_step_s < 0))
+        fail(r, "step seconds", "negative");
 }
 
 int cl_decode(const uint8_t *buf, size_t len, struct cl_msg *m, struct err_msg *msg)
@@ -530,6 +536,10 @@ int cl_encode(const struct cl_msg *m, struct buf *out, struct err_msg *msg)
         put_f64(out, s->tokens_per_s);
         put_le(out, s->queued_tokens, 8);
         put_le(out, s->finished, 8);
+        for (int i = 0; i < CL_STAT_COUNTERS; i++)
+            put_le(out, s->counter[i], 8);
+        put_f64(out, s->decode_step_s);
+        put_f64(out, s->prompt_step_s);
         break;
     }
     case CL_KV_BLOCK:

@@ -38,7 +38,9 @@
  *   CANCEL    u64 request
  *   STATS     u32 running, u32 waiting, u32 loading, u32 KV blocks total,
  *             u32 used, u32 cached, f64 step ms fixed, f64 step ms per
- *             token, f64 tokens/s, u64 queued tokens, u64 finished
+ *             token, f64 tokens/s, u64 queued tokens, u64 finished, then
+ *             CL_STAT_COUNTERS x u64 engine counters (CL_STAT_*), f64
+ *             decode step seconds, f64 prompt step seconds
  *   KV_BLOCK  u64 request, u32 block index, then one KV block frame
  *             (kv/frame.h) to the end of the payload: its own header and
  *             checksum are checked where it is imported
@@ -156,11 +158,32 @@ struct cl_token {
     char message[CL_MAX_NAME + 1];
 };
 
+/* The engine counters a STATS frame carries after its gauges, in this
+ * order (inferd_stats' fields of the same names). */
+enum {
+    CL_STAT_STEPS,
+    CL_STAT_DECODE_STEPS,
+    CL_STAT_DECODE_STEP_TOKENS,
+    CL_STAT_PROMPT_STEPS,
+    CL_STAT_PROMPT_TOKENS,
+    CL_STAT_CACHED_TOKENS,
+    CL_STAT_GENERATED_TOKENS,
+    CL_STAT_SUBMITTED,
+    CL_STAT_REJECTED,
+    CL_STAT_CANCELLED,
+    CL_STAT_PREEMPTED,
+    CL_STAT_PREFIX_QUERY_TOKENS,
+    CL_STAT_PREFIX_HIT_TOKENS,
+    CL_STAT_COUNTERS
+};
+
 struct cl_stats {
     uint32_t running, waiting, loading;
     uint32_t kv_blocks_total, kv_blocks_used, kv_blocks_cached;
     double step_ms_fixed, step_ms_per_token, tokens_per_s;
     uint64_t queued_tokens, finished;
+    uint64_t counter[CL_STAT_COUNTERS];  /* CL_STAT_*, since the engine started */
+    double decode_step_s, prompt_step_s; /* seconds spent in those steps */
 };
 
 struct cl_kv_block {

@@ -458,6 +458,23 @@ static void r_stats(struct node_backend *b, struct runner_stats *s)
         s->engine.tokens_per_s += w->stats.tokens_per_s;
         s->engine.queued_tokens += (int64_t)w->stats.queued_tokens;
         s->engine.n_finished += w->stats.finished;
+        const uint64_t *k = w->stats.counter;
+        s->engine.n_steps += k[CL_STAT_STEPS];
+        s->engine.n_decode_steps += k[CL_STAT_DECODE_STEPS];
+        s->engine.n_decode_step_tokens += k[CL_STAT_DECODE_STEP_TOKENS];
+        s->engine.n_prompt_steps += k[CL_STAT_PROMPT_STEPS];
+        s->engine.n_prompt_tokens += k[CL_STAT_PROMPT_TOKENS];
+        s->engine.n_cached_tokens += k[CL_STAT_CACHED_TOKENS];
+        s->engine.n_generated_tokens += k[CL_STAT_GENERATED_TOKENS];
+        s->engine.n_submitted += k[CL_STAT_SUBMITTED];
+        s->engine.n_rejected += k[CL_STAT_REJECTED];
+        s->engine.n_cancelled += k[CL_STAT_CANCELLED];
+        s->engine.n_preempted += k[CL_STAT_PREEMPTED];
+        s->engine.n_prefix_query_tokens += k[CL_STAT_PREFIX_QUERY_TOKENS];
+        s->engine.n_prefix_hit_tokens += k[CL_STAT_PREFIX_HIT_TOKENS];
+        s->engine.decode_step_s += w->stats.decode_step_s;
+        s->engine.prompt_step_s += w->stats.prompt_step_s;
+        s->n_steps += k[CL_STAT_STEPS];
     }
     if (s->engine.tokens_per_s > 0)
         s->engine.est_queue_ms = (double)s->engine.queued_tokens / s->engine.tokens_per_s * 1e3;

@@ -298,6 +298,21 @@ static void send_stats(struct wconn *c)
         .tokens_per_s = e->tokens_per_s > 0 ? e->tokens_per_s : 0,
         .queued_tokens = (uint64_t)(e->queued_tokens > 0 ? e->queued_tokens : 0),
         .finished = e->n_finished,
+        .counter = {[CL_STAT_STEPS] = e->n_steps,
+                    [CL_STAT_DECODE_STEPS] = e->n_decode_steps,
+                    [CL_STAT_DECODE_STEP_TOKENS] = e->n_decode_step_tokens,
+                    [CL_STAT_PROMPT_STEPS] = e->n_prompt_steps,
+                    [CL_STAT_PROMPT_TOKENS] = e->n_prompt_tokens,
+                    [CL_STAT_CACHED_TOKENS] = e->n_cached_tokens,
+                    [CL_STAT_GENERATED_TOKENS] = e->n_generated_tokens,
+                    [CL_STAT_SUBMITTED] = e->n_submitted,
+                    [CL_STAT_REJECTED] = e->n_rejected,
+                    [CL_STAT_CANCELLED] = e->n_cancelled,
+                    [CL_STAT_PREEMPTED] = e->n_preempted,
+                    [CL_STAT_PREFIX_QUERY_TOKENS] = e->n_prefix_query_tokens,
+                    [CL_STAT_PREFIX_HIT_TOKENS] = e->n_prefix_hit_tokens},
+        .decode_step_s = e->decode_step_s > 0 ? e->decode_step_s : 0,
+        .prompt_step_s = e->prompt_step_s > 0 ? e->prompt_step_s : 0,
     };
     send_msg(c, &m);
 }
@@ -513,6 +528,7 @@ static int load(struct worker *w, const struct worker_config *cfg, struct err_ms
     ec.max_ctx = cfg->max_ctx ? cfg->max_ctx : MIN(train > 0 ? train : 4096, 4096);
     if (cfg->max_seqs) ec.max_seqs = cfg->max_seqs;
     ec.kv_blocks = cfg->kv_blocks;
+    if (cfg->max_queue) ec.max_waiting = cfg->max_queue;
     if ((rc = inferd_engine_new(w->model, &ec, &w->engine, err, sizeof(err))))
         return err_set(msg, rc, "engine: %s", err);
     inferd_engine_fingerprint(w->engine, w->me.fingerprint);

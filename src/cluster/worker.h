@@ -49,6 +49,8 @@ struct worker_config {
     int max_ctx;            /* context per request (0: min(trained, 4096)) */
     int max_seqs;           /* sequences at once (0: the engine's default) */
     int kv_blocks;          /* KV pool blocks (0: fit max_ctx x max_seqs) */
+    int max_queue;          /* requests waiting before a SUBMIT is refused
+                               (ERR_OVERLOADED; 0: the engine's default) */
     int max_conns;          /* connections at once (default 256) */
     int stats_ms;           /* STATS frame period (default 250) */
     const char *redis;      /* announce this worker there (members.h; NULL: don't) */

@@ -144,7 +144,20 @@ TEST(every_other_type_round_trips)
     EXPECT(d.u.token.error == ERR_INVALID && strcmp(d.u.token.message, t->message) == 0);
 
     m = (struct cl_msg){.type = CL_STATS};
-    m.u.stats = (struct cl_stats){2, 3, 1, 100, 40, 50, 1.5, 0.25, 80.0, 4000, 9};
+    m.u.stats = (struct cl_stats){.running = 2,
+                                  .waiting = 3,
+                                  .loading = 1,
+                                  .kv_blocks_total = 100,
+                                  .kv_blocks_used = 40,
+                                  .kv_blocks_cached = 50,
+                                  .step_ms_fixed = 1.5,
+                                  .step_ms_per_token = 0.25,
+                                  .tokens_per_s = 80.0,
+                                  .queued_tokens = 4000,
+                                  .finished = 9};
+    m.u.stats.counter[CL_STAT_CANCELLED] = 7;
+    m.u.stats.counter[CL_STAT_PREFIX_HIT_TOKENS] = 1 << 20;
+    m.u.stats.prompt_step_s = 1.25;
     EXPECT(round_trip(&m, &d));
     EXPECT(memcmp(&d.u.stats, &m.u.stats, sizeof(m.u.stats)) == 0);
 
