@@ -19,7 +19,7 @@ for _ in $(seq 1 50); do
 done
 r=$(curl -s "$url/v1/chat/completions" -H 'content-type: application/json' \
     -d '{"model":"model","messages":[{"role":"user","content":"hi"}],"max_tokens":5}')
-if echo "$r" | grep -q '"completion_tokens":5'; then ok "cluster.sh: the gateway answers a chat"
+if grep -q '"completion_tokens":5' <<<"$r"; then ok "cluster.sh: the gateway answers a chat"
 else fail "cluster.sh: chat answer: ${r:0:300}"; fi
 st=$(INFERD_BIN="$INFERD_BIN" bash "$INFERD_SRC/scripts/cluster.sh" status "$dir")
 [ "$(echo "$st" | grep -c running)" -eq 5 ] && ok "cluster.sh status: 5 running" ||

@@ -123,8 +123,10 @@ if grep -q "traceparent=00-$tid-" "$work"/w[ab].log && [ -n "$rid" ] &&
 else
     fail "gateway: trace ids: rid=$rid; $(grep -h traceparent "$work"/w[ab].log | tail -2)"
 fi
-if curl -sf "http://127.0.0.1:$gw/metrics" | grep -q '^inferd_num_requests_running'; then
-    ok "gateway: /metrics answers with the workers' gauges"
+met=$(curl -sf "http://127.0.0.1:$gw/metrics" || true) # whole, then grep: no SIGPIPE under pipefail
+if grep -q '^inferd_num_requests_running' <<<"$met" &&
+    grep -q '^inferd_engine_steps_total [1-9]' <<<"$met"; then
+    ok "gateway: /metrics answers with the workers' gauges and counters"
 else
     fail "gateway: /metrics"
 fi
@@ -216,7 +218,7 @@ wait_port "$gw3_pid" "$work/gw3.port" "$work/gw3.log"; gw3=$port
 for _ in $(seq 1 50); do grep -q 'in rotation' "$work/gw3.log" && break; sleep 0.1; done
 r=$(curl -s "http://127.0.0.1:$gw3/v1/completions" -H 'content-type: application/json' \
     -d '{"model":"tiny","prompt":[5,9,14],"max_tokens":5,"stream":true}')
-if [ "$(echo "$r" | grep -c '"text"')" -ge 5 ] && echo "$r" | grep -q '"finish_reason":"length"'; then
+if [ "$(echo "$r" | grep -c '"text"')" -ge 5 ] && grep -q '"finish_reason":"length"' <<<"$r"; then
     ok "gateway: a mock worker streams its 5 tokens"
 else
     fail "gateway: mock worker: ${r:0:300}"
@@ -228,7 +230,7 @@ for bad in "nohost" "127.0.0.1:0" "127.0.0.1:99999" "1.2.3:80" ","; do
     out=$("$INFERD_BIN" gateway -m "$m" --workers "$bad" 2>&1)
     rc=$?
     set -e
-    if [ "$rc" -eq 2 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q -- --workers; then
+    if [ "$rc" -eq 2 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && grep -q -- --workers <<<"$out"; then
         ok "gateway: --workers '$bad' refused: $out"
     else
         fail "gateway: --workers '$bad': rc=$rc $out"

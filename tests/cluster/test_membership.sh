@@ -122,7 +122,7 @@ for bad in "redis://nohost" "http://x:1" "unix:relative"; do
     set +e
     out=$("$INFERD_BIN" gateway -m "$m" --redis "$bad" 2>&1); rc=$?
     set -e
-    if [ "$rc" -eq 2 ] && echo "$out" | grep -q -- '--redis'; then ok "membership: --redis '$bad' refused"
+    if [ "$rc" -eq 2 ] && grep -q -- '--redis' <<<"$out"; then ok "membership: --redis '$bad' refused"
     else fail "membership: --redis '$bad': rc=$rc $out"; fi
 done
 finish
