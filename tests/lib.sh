@@ -55,3 +55,17 @@ start_redis() {
     done
     return 1
 }
+
+# scratch NAME: a scratch directory $work for one script, and a trap that on
+# any exit kills every pid in $pids and $redis_pid and removes $work.
+scratch() {
+    work=$(mktemp -d "$INFERD_SCRATCH/$1.XXXXXX")
+    pids=()
+    redis_pid=
+    trap scratch_cleanup EXIT
+}
+scratch_cleanup() {
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    [ -n "$redis_pid" ] && kill -9 "$redis_pid" 2>/dev/null || true
+    rm -rf "$work"
+}

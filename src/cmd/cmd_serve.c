@@ -158,12 +158,7 @@ static int serve_main(int argc, char **argv, bool gateway)
                     65535),
         CMD_OPT_STR("data-dir", 0, "DIR", "stored responses, demo model (default ./inferd-data)",
                     &c.data_dir),
-        CMD_OPT_INT("threads", 0, "N", "engine compute threads (default: all cores)", &c.n_threads,
-                    0, 1024),
-        CMD_OPT_INT("ctx", 0, "N", "context length per request (default min(trained, 4096))",
-                    &c.max_ctx, 16, 1 << 24),
-        CMD_OPT_INT("max-seqs", 0, "N", "sequences decoding at once (default 64)", &c.max_seqs, 1,
-                    4096),
+        CMD_OPT_ENGINE_SIZE(c),
         CMD_OPT_ENUM("kv", 0, NULL,
                      "KV cache element type (default f16; bf16 halves\n"
                      "attention's arithmetic on CPUs with AVX-512 BF16)",

@@ -109,6 +109,16 @@ struct cmd_choice {
     int value;        /* stored into dst */
 };
 
+/* The engine-size options serve and worker share: --threads, --ctx,
+ * --max-seqs into cfg's n_threads, max_ctx and max_seqs (int fields). */
+#define CMD_OPT_ENGINE_SIZE(cfg)                                                                   \
+    CMD_OPT_INT("threads", 0, "N", "engine compute threads (default: all cores)",                  \
+                &(cfg).n_threads, 0, 1024),                                                        \
+        CMD_OPT_INT("ctx", 0, "N", "context length per request (default min(trained, 4096))",      \
+                    &(cfg).max_ctx, 16, 1 << 24),                                                  \
+        CMD_OPT_INT("max-seqs", 0, "N", "sequences decoding at once (default 64)",                 \
+                    &(cfg).max_seqs, 1, 4096)
+
 /* HOST:PORT (port 0-65535) from val into host (cap bytes) and *port, for
  * a --listen setter; ERR_INVALID with a message that begins with spelling. */
 int cmd_parse_host_port(const char *spelling, const char *val, char *host, size_t cap, int *port,

@@ -9,13 +9,7 @@
 # refused; bad --workers lists exit 2.
 source "$(dirname "$0")/../lib.sh"
 m=$(model tiny-qwen2-q8_0-gw --preset tiny --arch qwen2 --type q8_0)
-work=$(mktemp -d "$INFERD_SCRATCH/gateway.XXXXXX")
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+scratch gateway
 
 # worker NAME [LISTEN] [MODEL]: sets $pid and $port.
 worker() {

@@ -5,13 +5,7 @@
 # worker runs one sequence and queues one.
 source "$(dirname "$0")/../lib.sh"
 m=$(model tiny-qwen3-q8_0 --preset tiny --arch qwen3 --type q8_0)
-work=$(mktemp -d "$INFERD_SCRATCH/gateway_sdk.XXXXXX")
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+scratch gateway_sdk
 
 # bg NAME CMD...: in the background, waits for NAME's port file; sets $port
 bg() {

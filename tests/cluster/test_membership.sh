@@ -8,15 +8,7 @@
 # exits 2.
 source "$(dirname "$0")/../lib.sh"
 m=$(model tiny-qwen2-q8_0-gw --preset tiny --arch qwen2 --type q8_0)
-work=$(mktemp -d "$INFERD_SCRATCH/members.XXXXXX")
-pids=()
-redis_pid=
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-    [ -n "$redis_pid" ] && kill -9 "$redis_pid" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+scratch members
 
 sock="$work/redis.sock"
 start_redis || { fail "redis-server did not start"; finish; exit 1; }

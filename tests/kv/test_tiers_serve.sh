@@ -7,15 +7,7 @@
 # never errors or other output.
 source "$(dirname "$0")/../lib.sh"
 m=$(model tiny-qwen3-q8_0 --preset tiny --arch qwen3 --type q8_0)
-work=$(mktemp -d "$INFERD_SCRATCH/kv_tiers.XXXXXX")
-pids=()
-redis_pid=
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-    [ -n "$redis_pid" ] && kill -9 "$redis_pid" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+scratch kv_tiers
 
 # start NAME ARGS...: a server in the background; sets $port.
 start() {
