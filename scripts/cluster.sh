@@ -12,7 +12,8 @@
 # (default 8080); INFERD_BIN the binary (default build/release/inferd).
 # Workers announce themselves in Redis (scripts/setup.sh installs
 # redis-server); without redis-server the gateway gets a static list.
-# Prefill and decode workers run whole requests for now (docs/cluster.md).
+# Prompts longer than 256 tokens are prefilled by the prefill worker and
+# stream their KV to the decode worker that generates (docs/cluster.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmd=${1:-}

@@ -220,7 +220,7 @@ static void dec_submit(struct rd *r, struct cl_submit *s)
     if (!r->rc && (s->max_tokens < 1 || s->max_tokens > CL_MAX_PROMPT))
         fail(r, "max tokens", "out of range");
     s->flags = (uint8_t)rd_uint(r, 1, "flags");
-    if (!r->rc && (s->flags & ~(CL_SUBMIT_IGNORE_EOS | CL_SUBMIT_LOGPROBS)))
+    if (!r->rc && (s->flags & ~(CL_SUBMIT_IGNORE_EOS | CL_SUBMIT_LOGPROBS | CL_SUBMIT_PREFILL)))
         fail(r, "flags", "unknown bits set");
     s->n_logprobs = (uint8_t)rd_uint(r, 1, "top logprobs");
     if (!r->rc && s->n_logprobs > CL_MAX_TOP) fail(r, "top logprobs", "more than 20");
@@ -271,6 +271,12 @@ static void dec_submit(struct rd *r, struct cl_submit *s)
     if (!r->rc && s->n_generated >= s->n_prompt)
         fail(r, "generated", "not fewer than the prompt's tokens");
     rd_str(r, 2, CL_MAX_NAME, s->kv_peer, NULL, "KV peer");
+    if (!r->rc && s->kv_peer[0] && (s->flags & CL_SUBMIT_PREFILL))
+        fail(r, "KV peer", "named on a prefill-only request");
+    s->kv_skip = (uint32_t)rd_uint(r, 4, "KV skip");
+    if (!r->rc && s->kv_skip && !(s->flags & CL_SUBMIT_PREFILL))
+        fail(r, "KV skip", "set on a request that is not prefill-only");
+    if (!r->rc && s->kv_skip > s->n_prompt) fail(r, "KV skip", "beyond the prompt");
 }
 
 static void dec_token(struct rd *r, struct cl_token *t)
@@ -471,6 +477,7 @@ static void enc_submit(struct buf *b, const struct cl_submit *s)
         put_le(b, (uint32_t)s->prompt[i], 4);
     put_le(b, s->n_generated, 4);
     put_str(b, s->kv_peer, strlen(s->kv_peer), 2);
+    put_le(b, s->kv_skip, 4);
 }
 
 static void enc_token(struct buf *b, const struct cl_token *t)
@@ -587,4 +594,10 @@ int cl_encode(const struct cl_msg *m, struct buf *out, struct err_msg *msg)
     }
     cl_msg_free(&back);
     return 0;
+}
+
+void cl_submit_set_kv_skip(uint8_t *frame, size_t len, uint32_t skip)
+{
+    for (int i = 0; i < 4; i++)
+        frame[len - 4 + (size_t)i] = (uint8_t)(skip >> (8 * i));
 }

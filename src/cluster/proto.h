@@ -28,8 +28,11 @@
  *             in inferd_grammar_limits], str32 grammar source,
  *             str16 cache salt, str16 TTL class, u32 n + n x i32 prompt,
  *             u32 generated (the prompt's last tokens that are output
- *             already: a resumed request), str16 KV peer ("HOST:PORT" the
- *             prompt's KV blocks stream to; empty: none)
+ *             already: a resumed request), str16 KV peer ("HOST:PORT" of
+ *             the prefill worker the prompt's KV blocks come from; empty:
+ *             none), u32 KV skip (prefill-only: the leading blocks the
+ *             asker holds already, not sent; the payload's last 4 bytes,
+ *             so cl_submit_set_kv_skip can set it in an encoded frame)
  *   TOKEN     u64 request, u32 index, i32 token (-1: a finish alone),
  *             f32 logprob, u8 n + n x (i32, f32) top, u8 finish
  *             (enum inferd_finish); when finish != 0: u32 prompt,
@@ -96,7 +99,15 @@ enum cl_type {
 enum cl_role { CL_ROLE_PREFILL = 1, CL_ROLE_DECODE = 2, CL_ROLE_MIXED = 3, CL_ROLE_GATEWAY = 4 };
 
 /* Submit flags. */
-enum { CL_SUBMIT_IGNORE_EOS = 1, CL_SUBMIT_LOGPROBS = 2 };
+enum {
+    CL_SUBMIT_IGNORE_EOS = 1,
+    CL_SUBMIT_LOGPROBS = 2,
+    /* Prefill only: compute the prompt and stream its full blocks (all but
+     * the one holding the last token, from block KV skip on) back on this
+     * connection as KV_BLOCK frames, each as soon as the step that filled
+     * it is done, then KV_DONE; no TOKEN frames. */
+    CL_SUBMIT_PREFILL = 4,
+};
 
 struct cl_hello {
     uint8_t role;                /* enum cl_role */
@@ -140,7 +151,8 @@ struct cl_submit {
     uint32_t n_prompt;                /* 1..CL_MAX_PROMPT */
     int32_t *prompt;                  /* (n_prompt) token ids, >= 0 */
     uint32_t n_generated;             /* <= n_prompt - 1 */
-    char kv_peer[CL_MAX_NAME + 1];    /* where the prompt's KV goes ("" none) */
+    char kv_peer[CL_MAX_NAME + 1];    /* the prefill worker its KV comes from ("" none) */
+    uint32_t kv_skip;                 /* CL_SUBMIT_PREFILL: leading blocks not to send */
 };
 
 struct cl_token {
@@ -174,6 +186,12 @@ enum {
     CL_STAT_PREEMPTED,
     CL_STAT_PREFIX_QUERY_TOKENS,
     CL_STAT_PREFIX_HIT_TOKENS,
+    /* the worker's KV transfer (not the engine's) */
+    CL_STAT_KV_BLOCKS_SENT,     /* KV_BLOCK frames sent for prefill-only requests */
+    CL_STAT_KV_BLOCKS_RECEIVED, /* KV_BLOCK frames taken in for pulls */
+    CL_STAT_KV_PULLS,           /* requests whose KV was asked of a prefill worker */
+    CL_STAT_KV_PULL_FALLBACKS,  /* of those, ended otherwise than by KV_DONE (the rest
+                                   computed here) */
     CL_STAT_COUNTERS
 };
 
@@ -237,6 +255,10 @@ void cl_msg_free(struct cl_msg *m);
  * when m is not one a peer would accept (the same checks as cl_decode):
  * nothing is appended then. */
 int cl_encode(const struct cl_msg *m, struct buf *out, struct err_msg *msg);
+
+/* Sets the KV skip of an encoded SUBMIT frame (frame[0..len), as
+ * cl_encode wrote it) in place. */
+void cl_submit_set_kv_skip(uint8_t *frame, size_t len, uint32_t skip);
 
 /* The type's name ("SUBMIT"), or "?" for none. */
 const char *cl_type_name(int type);

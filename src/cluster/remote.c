@@ -45,6 +45,8 @@ struct rworker {
     int sent;                /* requests of ours on it */
     char name[CL_MAX_NAME + 1];
     bool removed; /* its Redis key is gone: not dialled, the slot is free */
+    int role;     /* enum cl_role from its HELLO */
+    int prefills; /* requests of ours whose prompts it computes */
 };
 
 struct remote {
@@ -55,22 +57,40 @@ struct remote {
     int n;
     struct event *tick; /* reconnects, silence checks */
     struct u64map tags; /* tag -> struct rworker * */
+    struct u64map pre;  /* tag -> the struct rworker * computing its prompt */
+    int local_prefill;  /* remote_route's bound */
     struct runner_msg *out;
     size_t n_out, cap_out;
     struct buf enc;          /* encode scratch */
     struct members *members; /* Redis membership, or NULL (a static list) */
 };
 
-int remote_pick(const struct remote_worker_view *w, int n)
+/* The least loaded worker up whose role is in mask (bits 1 << role). */
+static int pick_among(const struct remote_worker_view *w, int n, unsigned mask)
 {
     int best = -1;
     long best_load = 0;
     for (int i = 0; i < n; i++) {
-        if (!w[i].up) continue;
+        if (!w[i].up || !(mask & (1u << w[i].role))) continue;
         long load = (long)w[i].running + w[i].waiting + w[i].sent;
         if (best < 0 || load < best_load) best = i, best_load = load;
     }
     return best;
+}
+
+int remote_pick(const struct remote_worker_view *w, int n)
+{
+    return pick_among(w, n, ~0u);
+}
+
+int remote_route(const struct remote_worker_view *w, int n, int n_prompt, int local_prefill,
+                 int *prefill)
+{
+    *prefill = -1;
+    int d = pick_among(w, n, 1u << CL_ROLE_DECODE | 1u << CL_ROLE_MIXED);
+    if (d < 0) return remote_pick(w, n);
+    if (n_prompt > local_prefill) *prefill = pick_among(w, n, 1u << CL_ROLE_PREFILL);
+    return d;
 }
 
 /* Messages to the server ------------------------------------------------------------ */
@@ -112,12 +132,34 @@ static void fail_all(struct rworker *w, const char *why)
         snprintf(m->ev.message, sizeof(m->ev.message), "worker %s lost: %s", w->addr, why);
     }
     for (size_t i = 0; i < r->tags.cap;) { /* deletion shifts: rescan the slot */
-        if (r->tags.slots[i].key && r->tags.slots[i].val == w)
+        if (r->tags.slots[i].key && r->tags.slots[i].val == w) {
+            u64map_del(&r->pre, r->tags.slots[i].key);
             u64map_del(&r->tags, r->tags.slots[i].key);
+        } else {
+            i++;
+        }
+    }
+    /* prompts it computed for others: their decode workers compute the rest */
+    for (size_t i = 0; i < r->pre.cap;) {
+        if (r->pre.slots[i].key && r->pre.slots[i].val == w)
+            u64map_del(&r->pre, r->pre.slots[i].key);
         else
             i++;
     }
     w->sent = 0;
+    w->prefills = 0;
+}
+
+/* A request of ours ended: the counts of the workers it was on drop. */
+static void ended(struct remote *r, uint64_t tag, struct rworker *w)
+{
+    struct rworker *p = u64map_get(&r->pre, tag);
+    if (p) {
+        p->prefills--;
+        u64map_del(&r->pre, tag);
+    }
+    u64map_del(&r->tags, tag);
+    w->sent--;
 }
 
 /* Connections ---------------------------------------------------------------------------- */
@@ -164,8 +206,7 @@ static void on_token(struct rworker *w, const struct cl_token *t)
         ev->n_generated = (int)t->n_generated;
         ev->error = t->error;
         snprintf(ev->message, sizeof(ev->message), "%s", t->message);
-        u64map_del(&r->tags, t->request);
-        w->sent--;
+        ended(r, t->request, w);
     }
 }
 
@@ -183,8 +224,12 @@ static void on_frame(struct rworker *w, const struct cl_msg *m)
         }
         w->hello = true;
         w->logged_down = false;
+        w->role = m->u.hello.role;
         snprintf(w->name, sizeof(w->name), "%s", m->u.hello.name);
-        log_info("remote: worker %s (%s) in rotation", w->addr, w->name);
+        log_info("remote: worker %s (%s, %s) in rotation", w->addr, w->name,
+                 w->role == CL_ROLE_PREFILL  ? "prefill"
+                 : w->role == CL_ROLE_DECODE ? "decode"
+                                             : "mixed");
         return;
     case CL_STATS:
         w->stats = m->u.stats;
@@ -194,8 +239,7 @@ static void on_frame(struct rworker *w, const struct cl_msg *m)
         return;
     case CL_ERROR:
         if (m->u.error.request && u64map_get(&r->tags, m->u.error.request) == w) {
-            u64map_del(&r->tags, m->u.error.request);
-            w->sent--;
+            ended(r, m->u.error.request, w);
             submit_error(r, m->u.error.request, m->u.error.code, m->u.error.message);
         } else if (!m->u.error.request) {
             log_warn("remote: worker %s says: %s", w->addr, m->u.error.message);
@@ -347,10 +391,12 @@ static void r_submit(struct node_backend *b, uint64_t tag, const struct inferd_r
     struct remote_worker_view v[MAX_WORKERS];
     for (int i = 0; i < r->n; i++)
         v[i] = (struct remote_worker_view){.up = !r->w[i].removed && r->w[i].bev && r->w[i].hello,
+                                           .role = r->w[i].role,
                                            .running = (int)r->w[i].stats.running,
                                            .waiting = (int)r->w[i].stats.waiting,
-                                           .sent = r->w[i].sent};
-    int k = remote_pick(v, r->n);
+                                           .sent = r->w[i].sent + r->w[i].prefills};
+    int pf = -1;
+    int k = remote_route(v, r->n, q->n_prompt, r->local_prefill, &pf);
     if (k < 0) {
         submit_error(r, tag, ERR_UNAVAILABLE, "no worker available");
         return;
@@ -393,6 +439,7 @@ static void r_submit(struct node_backend *b, uint64_t tag, const struct inferd_r
     s->salt_len = (uint16_t)MIN(q->cache_salt_len, (size_t)CL_MAX_SALT);
     s->n_prompt = (uint32_t)MAX(q->n_prompt, 0);
     s->prompt = (int32_t *)q->prompt;
+    if (pf >= 0) snprintf(s->kv_peer, sizeof(s->kv_peer), "%s", r->w[pf].addr);
     struct err_msg e = {{0}};
     buf_clear(&r->enc);
     int rc = cl_encode(&m, &r->enc, &e);
@@ -408,6 +455,10 @@ static void r_submit(struct node_backend *b, uint64_t tag, const struct inferd_r
     }
     u64map_put(&r->tags, tag, w);
     w->sent++;
+    if (pf >= 0) {
+        u64map_put(&r->pre, tag, &r->w[pf]);
+        r->w[pf].prefills++;
+    }
 }
 
 static void r_cancel(struct node_backend *b, uint64_t tag)
@@ -490,19 +541,12 @@ static int parse_list(const char *list, struct rworker *w, int *n, struct err_ms
     for (const char *p = list; *p;) {
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
-        char one[80];
-        if (!len || len >= sizeof(one) || *n == MAX_WORKERS)
+        if (!len || len >= sizeof(w->addr) || *n == MAX_WORKERS)
             return err_set(msg, ERR_INVALID,
                            "--workers: '%.*s': expected HOST:PORT,... (at most %d workers)",
                            (int)MIN(len, (size_t)60), p, MAX_WORKERS);
-        memcpy(one, p, len);
-        one[len] = 0;
-        char *colon = strrchr(one, ':'), *pe = NULL;
-        long port = colon ? strtol(colon + 1, &pe, 10) : 0;
-        if (colon) *colon = 0;
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-        if (!colon || !colon[1] || *pe || port < 1 || port > 65535 ||
-            inet_pton(AF_INET, one, &sa.sin_addr) != 1)
+        struct sockaddr_in sa;
+        if (!cl_parse_addr(p, len, &sa))
             return err_set(msg, ERR_INVALID,
                            "--workers: '%.*s': expected an IPv4 HOST:PORT (port 1-65535)", (int)len,
                            p);
@@ -528,6 +572,7 @@ int remote_new(struct event_base *base, const char *list, const char *redis, con
 {
     struct remote *r = xcalloc(1, sizeof(*r));
     r->evb = base;
+    r->local_prefill = 256;
     snprintf(r->model, sizeof(r->model), "%s", model);
     int rc = list ? parse_list(list, r->w, &r->n, msg) : 0;
     if (!rc && redis) rc = members_open(redis, model, &r->members, msg);
@@ -558,6 +603,68 @@ struct node_backend *remote_backend(struct remote *r)
     return &r->base;
 }
 
+void remote_set_local_prefill(struct remote *r, int n_tokens)
+{
+    r->local_prefill = n_tokens;
+}
+
+void remote_render_metrics(const struct remote *r, struct buf *out)
+{
+    static const char *const pool[] = {"prefill", "decode", "mixed"};
+    struct {
+        unsigned long long up, running, waiting, used, total, q, hit, k[4];
+    } p[3] = {{0}};
+    for (int i = 0; i < r->n; i++) {
+        const struct rworker *w = &r->w[i];
+        if (w->removed || !w->bev || !w->hello || w->role < CL_ROLE_PREFILL ||
+            w->role > CL_ROLE_MIXED)
+            continue;
+        int k = w->role - CL_ROLE_PREFILL;
+        p[k].up++;
+        p[k].running += w->stats.running;
+        p[k].waiting += w->stats.waiting;
+        p[k].used += w->stats.kv_blocks_used;
+        p[k].total += w->stats.kv_blocks_total;
+        p[k].q += w->stats.counter[CL_STAT_PREFIX_QUERY_TOKENS];
+        p[k].hit += w->stats.counter[CL_STAT_PREFIX_HIT_TOKENS];
+        for (int c = 0; c < 4; c++)
+            p[k].k[c] += w->stats.counter[CL_STAT_KV_BLOCKS_SENT + c];
+    }
+    static const struct {
+        const char *name, *type, *help;
+    } series[] = {
+        {"inferd_pool_workers", "gauge", "Workers of a pool in rotation."},
+        {"inferd_pool_requests_running", "gauge", "Sequences running on a pool's workers."},
+        {"inferd_pool_requests_waiting", "gauge", "Sequences waiting on a pool's workers."},
+        {"inferd_pool_kv_blocks_used", "gauge", "KV blocks referenced on a pool's workers."},
+        {"inferd_pool_kv_blocks_total", "gauge", "KV blocks of a pool's workers."},
+        {"inferd_pool_prefix_cache_hit_ratio", "gauge",
+         "Prompt positions found in a pool's prefix caches / looked up."},
+        {"inferd_pool_kv_blocks_sent_total", "counter",
+         "KV blocks a pool's workers sent for prefill-only requests."},
+        {"inferd_pool_kv_blocks_received_total", "counter",
+         "KV blocks a pool's workers took in from prefill workers."},
+        {"inferd_pool_kv_pulls_total", "counter",
+         "Requests whose prompt KV a pool's workers asked of a prefill worker."},
+        {"inferd_pool_kv_pull_fallbacks_total", "counter",
+         "Of those, ended without all the blocks (prefill worker lost, silent, refused): "
+         "the rest computed by the decode worker."},
+    };
+    for (size_t s = 0; s < ARRAY_LEN(series); s++) {
+        buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", series[s].name, series[s].help,
+                   series[s].name, series[s].type);
+        for (int k = 0; k < 3; k++) {
+            unsigned long long v[] = {p[k].up, p[k].running, p[k].waiting, p[k].used, p[k].total,
+                                      0,       p[k].k[0],    p[k].k[1],    p[k].k[2], p[k].k[3]};
+            if (s == 5)
+                buf_printf(out, "%s{pool=\"%s\"} %.6f\n", series[s].name, pool[k],
+                           p[k].q ? (double)p[k].hit / (double)p[k].q : 0.0);
+            else
+                buf_printf(out, "%s{pool=\"%s\"} %llu\n", series[s].name, pool[k], v[s]);
+        }
+    }
+}
+
 int remote_n_up(const struct remote *r)
 {
     int n = 0;
@@ -575,6 +682,7 @@ void remote_free(struct remote *r)
     members_close(r->members);
     close(r->base.wake_fd);
     u64map_release(&r->tags);
+    u64map_release(&r->pre);
     free(r->out);
     buf_release(&r->enc);
     free(r);

@@ -8,12 +8,26 @@
  * tags back to the connection and id (tags -> struct live). A connection
  * that goes away leaves its lives behind with conn NULL: their requests are
  * cancelled, and the runner's final message for each frees it.
+ *
+ * KV transfer: a SUBMIT naming a KV peer (a prefill worker) goes to the
+ * runner as a pull (runner.h); when the runner says what the pool lacks
+ * (KV_PULL), the worker sends the request to the peer, prefill-only, over
+ * its own connection to that peer (struct peer: one per address, dialled on
+ * first use, HELLO both ways, the peer's engine fingerprint checked), with
+ * the tag as the request id there. The peer's KV_BLOCK frames go into the
+ * runner as they come; its KV_DONE, an ERROR, the peer lost or silent for
+ * 2.5 s all end the wait (runner_kv_release): what did not come is computed
+ * here, so the request's tokens are the same whichever way it ends.
+ * A prefill-only SUBMIT (from such a worker) runs with max_tokens 1; its
+ * blocks go back as KV_BLOCK frames while the rest of the prompt computes,
+ * then KV_DONE, and no TOKEN frame.
  */
 #include "cluster/worker.h"
 
 #include "base/buf.h"
 #include "base/check.h"
 #include "base/log.h"
+#include "base/timeutil.h"
 #include "base/u64map.h"
 #include "cluster/conn.h"
 #include "cluster/members.h"
@@ -48,11 +62,41 @@ struct wconn {
     struct u64map reqs;              /* peer request id -> tag */
 };
 
+struct peer;
+
 struct live {
     struct wconn *conn;           /* NULL once the connection is gone */
     uint64_t request;             /* the peer's id */
     uint32_t index;               /* next TOKEN index */
     char trace[CL_MAX_TRACE + 1]; /* its traceparent, for the log line */
+    bool prefill;                 /* prefill-only: KV_BLOCK frames, then KV_DONE */
+    uint32_t kv_sent;             /* prefill-only: KV_BLOCK frames sent */
+    /* pull: its prompt's KV from a prefill worker */
+    char kv_peer[CL_MAX_NAME + 1]; /* the worker's address ("": no pull) */
+    struct buf pull_frame;         /* the SUBMIT to send it (until sent) */
+    struct peer *pull;             /* the worker it waits on (NULL: not waiting) */
+    double pull_t0;                /* monotonic seconds the SUBMIT went */
+    uint32_t kv_got;               /* KV_BLOCK frames taken in */
+    int kv_held;                   /* leading blocks the pool held already */
+    const char *kv_end;            /* how the wait ended, for the log line */
+    double kv_ms;                  /* how long it took */
+};
+
+/* A prefill worker this worker pulls KV from. */
+struct peer {
+    struct worker *w;
+    struct peer *next;
+    char addr[80];           /* HOST:PORT as the gateway named it */
+    struct sockaddr_in sa;   /* resolved */
+    struct bufferevent *bev; /* NULL while down */
+    bool hello;              /* its HELLO came, with our fingerprint */
+    double last_heard;       /* monotonic seconds of its last frame */
+    struct u64map pulls;     /* tag -> struct live * waiting on it */
+};
+
+/* Worker counters for STATS (CL_STAT_KV_*). */
+struct kv_counts {
+    uint64_t blocks_in, blocks_out, pulls, pull_fallbacks;
 };
 
 struct worker {
@@ -76,6 +120,8 @@ struct worker {
     char addr[80];                /* HOST:PORT announced */
     char value[CL_MAX_NAME + 16]; /* "<role> <name>" announced */
     struct buf out;               /* encode scratch */
+    struct peer *peers;           /* prefill workers pulled from */
+    struct kv_counts kv;          /* transfer counters */
 };
 
 void worker_config_default(struct worker_config *c)
@@ -202,10 +248,6 @@ static void on_submit(struct wconn *c, const struct cl_submit *s)
         send_error(c, s->request, ERR_UNSUPPORTED, "resuming a request is not supported yet");
         return;
     }
-    if (s->kv_peer[0]) {
-        send_error(c, s->request, ERR_UNSUPPORTED, "streaming KV to a peer is not supported yet");
-        return;
-    }
     if (w->cfg->mock) {
         for (uint32_t i = 0; i < s->max_tokens; i++) {
             struct cl_msg m = {.type = CL_TOKEN};
@@ -275,8 +317,225 @@ static void on_submit(struct wconn *c, const struct cl_submit *s)
     snprintf(l->trace, sizeof(l->trace), "%s", s->traceparent[0] ? s->traceparent : "-");
     u64map_put(&w->tags, tag, l);
     u64map_put(&c->reqs, s->request, (void *)(uintptr_t)tag);
-    runner_submit(&w->runner, tag, &req); /* copies the prompt, bias and grammar source */
+    /* the runner copies the prompt, bias and grammar source */
+    if (s->flags & CL_SUBMIT_PREFILL) {
+        l->prefill = true;
+        req.max_tokens = 1; /* the prompt is what is wanted: its token is not sent */
+        runner_submit_prefill(&w->runner, tag, &req, (int)s->kv_skip);
+    } else if (s->kv_peer[0]) {
+        /* the prefill worker's copy: the same request under our tag */
+        struct cl_msg pm = {.type = CL_SUBMIT, .u.submit = *s};
+        pm.u.submit.request = tag;
+        pm.u.submit.flags |= CL_SUBMIT_PREFILL;
+        pm.u.submit.max_tokens = 1;
+        pm.u.submit.kv_peer[0] = 0;
+        pm.u.submit.kv_skip = 0; /* set once the runner says what the pool holds */
+        struct err_msg e = {{0}};
+        snprintf(l->kv_peer, sizeof(l->kv_peer), "%s", s->kv_peer);
+        if (cl_encode(&pm, &l->pull_frame, &e)) { /* cannot be: it decoded */
+            log_error("worker: request %llu: %s", (unsigned long long)s->request, e.text);
+            l->kv_peer[0] = 0;
+        }
+        runner_submit_pull(&w->runner, tag, &req);
+    } else {
+        runner_submit(&w->runner, tag, &req);
+    }
     free(bias);
+}
+
+/* KV pulls ----------------------------------------------------------------------------- */
+
+static void pull_end(struct worker *w, uint64_t tag, struct live *l, const char *how)
+{
+    if (l->pull) u64map_del(&l->pull->pulls, tag);
+    l->pull = NULL;
+    l->kv_end = how;
+    l->kv_ms = (time_now_s() - l->pull_t0) * 1e3;
+    if (strcmp(how, "done")) w->kv.pull_fallbacks++;
+    runner_kv_release(&w->runner, tag);
+}
+
+/* The peer is gone: every request waiting on it computes the rest here. */
+static void peer_down(struct peer *p, const char *why)
+{
+    struct worker *w = p->w;
+    if (p->pulls.n || p->hello)
+        log_warn("worker: prefill worker %s: %s; %zu waiting requests compute their prompts here",
+                 p->addr, why, p->pulls.n);
+    while (p->pulls.n) {
+        for (size_t i = 0; i < p->pulls.cap; i++) {
+            if (!p->pulls.slots[i].key) continue;
+            pull_end(w, p->pulls.slots[i].key, p->pulls.slots[i].val, "fallback: peer lost");
+            break; /* the map changed under us: scan again */
+        }
+    }
+    if (p->bev) bufferevent_free(p->bev);
+    p->bev = NULL;
+    p->hello = false;
+}
+
+static void peer_frame(struct peer *p, const struct cl_msg *m, uint8_t **blob)
+{
+    struct worker *w = p->w;
+    if (!p->hello && m->type != CL_HELLO) {
+        char why[64];
+        snprintf(why, sizeof(why), "a %s frame before HELLO", cl_type_name(m->type));
+        peer_down(p, why);
+        return;
+    }
+    switch (m->type) {
+    case CL_HELLO:
+        if (p->hello || memcmp(m->u.hello.fingerprint, w->me.fingerprint, 16) ||
+            m->u.hello.frame_bytes != w->me.frame_bytes ||
+            m->u.hello.block_tokens != w->me.block_tokens) {
+            peer_down(p, p->hello ? "a second HELLO"
+                                  : "another engine fingerprint (model, KV type or block size): "
+                                    "refused");
+            return;
+        }
+        p->hello = true;
+        log_info("worker: prefill worker %s (%s) connected", p->addr, m->u.hello.name);
+        return;
+    case CL_KV_BLOCK: {
+        uint64_t tag = m->u.kv_block.request;
+        struct live *l = u64map_get(&p->pulls, tag);
+        if (!l) return; /* one that ended already */
+        runner_kv_import(&w->runner, tag, *blob, m->u.kv_block.frame, m->u.kv_block.frame_len);
+        *blob = NULL; /* the runner's now */
+        l->kv_got++;
+        w->kv.blocks_in++;
+        return;
+    }
+    case CL_KV_DONE: {
+        struct live *l = u64map_get(&p->pulls, m->u.kv_done.request);
+        if (l) pull_end(w, m->u.kv_done.request, l, "done");
+        return;
+    }
+    case CL_ERROR: {
+        struct live *l = m->u.error.request ? u64map_get(&p->pulls, m->u.error.request) : NULL;
+        if (l) {
+            log_warn("worker: prefill worker %s: request %llu: %s; computing it here", p->addr,
+                     (unsigned long long)l->request, m->u.error.message);
+            pull_end(w, m->u.error.request, l, "fallback: peer error");
+        } else if (!m->u.error.request) {
+            log_warn("worker: prefill worker %s says: %s", p->addr, m->u.error.message);
+        }
+        return;
+    }
+    case CL_PING: {
+        struct cl_msg pong = {.type = CL_PONG, .u.nonce = m->u.nonce};
+        struct err_msg e = {{0}};
+        buf_clear(&w->out);
+        if (!cl_encode(&pong, &w->out, &e)) bufferevent_write(p->bev, w->out.data, w->out.len);
+        return;
+    }
+    case CL_STATS:
+    case CL_PONG:
+        return;
+    default: {
+        char why[64];
+        snprintf(why, sizeof(why), "it sent a %s frame", cl_type_name(m->type));
+        peer_down(p, why);
+        return;
+    }
+    }
+}
+
+static void peer_read(struct bufferevent *bev, void *arg)
+{
+    struct peer *p = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    p->last_heard = time_now_s();
+    while (p->bev) {
+        struct cl_msg m;
+        struct err_msg e = {{0}};
+        uint8_t *blob = NULL;
+        int rc = cl_evbuffer_take(in, &m, &blob, &e);
+        if (rc < 0) peer_down(p, e.text);
+        if (rc <= 0) return;
+        peer_frame(p, &m, &blob); /* may take p down (p->bev NULL): the loop ends */
+        cl_msg_free(&m);
+        free(blob);
+    }
+}
+
+static void peer_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct peer *p = arg;
+    if (what & BEV_EVENT_CONNECTED) {
+        int one = 1;
+        setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        p->last_heard = time_now_s();
+        return;
+    }
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+        peer_down(p, what & BEV_EVENT_EOF ? "connection closed" : "connection failed");
+}
+
+/* The connection to the prefill worker at addr, dialled if need be; NULL
+ * when addr is not an address or the dial failed at once. */
+static struct peer *peer_get(struct worker *w, const char *addr)
+{
+    struct peer *p = w->peers;
+    while (p && strcmp(p->addr, addr))
+        p = p->next;
+    if (!p) {
+        struct sockaddr_in sa;
+        if (!cl_parse_addr(addr, strlen(addr), &sa)) return NULL;
+        p = xcalloc(1, sizeof(*p));
+        *p = (struct peer){.w = w, .next = w->peers, .sa = sa};
+        snprintf(p->addr, sizeof(p->addr), "%s", addr);
+        w->peers = p;
+    }
+    if (p->bev) return p;
+    p->bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    bufferevent_setcb(p->bev, peer_read, NULL, peer_event, p);
+    bufferevent_enable(p->bev, EV_READ | EV_WRITE);
+    p->last_heard = time_now_s(); /* a dial that hangs counts as silence */
+    if (bufferevent_socket_connect(p->bev, (struct sockaddr *)&p->sa, sizeof(p->sa)) < 0) {
+        peer_down(p, "cannot connect");
+        return NULL;
+    }
+    struct cl_msg hello = {.type = CL_HELLO, .u.hello = w->me};
+    struct err_msg e = {{0}};
+    buf_clear(&w->out);
+    if (!cl_encode(&hello, &w->out, &e)) bufferevent_write(p->bev, w->out.data, w->out.len);
+    return p;
+}
+
+/* The runner holds l's request for the blocks its pool lacks (the first
+ * `held` it has): ask the prefill worker for the rest. */
+static void pull_start(struct worker *w, uint64_t tag, struct live *l, uint32_t held)
+{
+    l->kv_held = (int)held;
+    l->pull_t0 = time_now_s();
+    struct peer *p = l->kv_peer[0] && l->pull_frame.len ? peer_get(w, l->kv_peer) : NULL;
+    w->kv.pulls++;
+    if (!p) {
+        log_warn("worker: request %llu: prefill worker '%s' not reachable; computing it here",
+                 (unsigned long long)l->request, l->kv_peer);
+        pull_end(w, tag, l, "fallback: peer not reachable");
+        return;
+    }
+    cl_submit_set_kv_skip((uint8_t *)l->pull_frame.data, l->pull_frame.len, held);
+    bufferevent_write(p->bev, l->pull_frame.data, l->pull_frame.len);
+    buf_release(&l->pull_frame);
+    u64map_put(&p->pulls, tag, l);
+    l->pull = p;
+}
+
+/* A request that ended while it waited: the prefill worker stops too. */
+static void pull_cancel(struct worker *w, uint64_t tag, struct live *l)
+{
+    struct peer *p = l->pull;
+    if (!p) return;
+    u64map_del(&p->pulls, tag);
+    l->pull = NULL;
+    l->kv_end = "cancelled";
+    struct cl_msg m = {.type = CL_CANCEL, .u.request = tag};
+    struct err_msg e = {{0}};
+    buf_clear(&w->out);
+    if (p->bev && !cl_encode(&m, &w->out, &e)) bufferevent_write(p->bev, w->out.data, w->out.len);
 }
 
 static void send_stats(struct wconn *c)
@@ -310,7 +569,11 @@ static void send_stats(struct wconn *c)
                     [CL_STAT_CANCELLED] = e->n_cancelled,
                     [CL_STAT_PREEMPTED] = e->n_preempted,
                     [CL_STAT_PREFIX_QUERY_TOKENS] = e->n_prefix_query_tokens,
-                    [CL_STAT_PREFIX_HIT_TOKENS] = e->n_prefix_hit_tokens},
+                    [CL_STAT_PREFIX_HIT_TOKENS] = e->n_prefix_hit_tokens,
+                    [CL_STAT_KV_BLOCKS_SENT] = c->w->kv.blocks_out,
+                    [CL_STAT_KV_BLOCKS_RECEIVED] = c->w->kv.blocks_in,
+                    [CL_STAT_KV_PULLS] = c->w->kv.pulls,
+                    [CL_STAT_KV_PULL_FALLBACKS] = c->w->kv.pull_fallbacks},
         .decode_step_s = e->decode_step_s > 0 ? e->decode_step_s : 0,
         .prompt_step_s = e->prompt_step_s > 0 ? e->prompt_step_s : 0,
     };
@@ -438,10 +701,38 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     for (size_t i = 0; i < n; i++) {
         const struct runner_msg *r = &w->msgs[i];
         struct live *l = u64map_get(&w->tags, r->tag);
+        if (r->kind == RUNNER_MSG_KV_BLOCK) {
+            if (l && l->conn && !l->conn->closing) {
+                cl_evbuffer_add_kv_block(bufferevent_get_output(l->conn->bev), l->request,
+                                         r->kv_index, r->kv_frame, r->kv_frame_len);
+                l->kv_sent++;
+                w->kv.blocks_out++;
+            } else {
+                free(r->kv_frame);
+            }
+            continue;
+        }
         if (!l) continue;
+        if (r->kind == RUNNER_MSG_KV_PULL) {
+            pull_start(w, r->tag, l, r->kv_index);
+            continue;
+        }
         bool last = r->rc || r->ev.finish != INFERD_FINISH_NONE;
         if (l->conn && r->rc) {
             send_error(l->conn, l->request, r->rc, r->err);
+        } else if (l->conn && l->prefill) {
+            const struct inferd_event *ev = &r->ev;
+            if (ev->finish == INFERD_FINISH_STOP || ev->finish == INFERD_FINISH_LENGTH) {
+                struct cl_msg m = {.type = CL_KV_DONE};
+                m.u.kv_done = (struct cl_kv_done){.request = l->request,
+                                                  .n_blocks = l->kv_sent,
+                                                  .n_computed = (uint32_t)MAX(ev->n_prompt, 0)};
+                send_msg(l->conn, &m);
+            } else if (ev->finish != INFERD_FINISH_NONE) {
+                send_error(l->conn, l->request,
+                           ev->finish == INFERD_FINISH_CANCELLED ? ERR_CANCELLED : ev->error,
+                           ev->finish == INFERD_FINISH_CANCELLED ? "cancelled" : ev->message);
+            }
         } else if (l->conn) {
             const struct inferd_event *ev = &r->ev;
             struct cl_msg m = {.type = CL_TOKEN};
@@ -468,15 +759,23 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
         }
         if (last) {
             static const char *const fin[] = {"none", "stop", "length", "cancelled", "error"};
+            pull_cancel(w, r->tag, l);
+            char kv[CL_MAX_NAME + 128] = "";
+            if (l->prefill)
+                snprintf(kv, sizeof(kv), " prefill kv_sent=%u", l->kv_sent);
+            else if (l->kv_end)
+                snprintf(kv, sizeof(kv), " kv_from=%s kv_held=%d kv_got=%u kv_ms=%.1f kv=%s",
+                         l->kv_peer, l->kv_held, l->kv_got, l->kv_ms, l->kv_end);
             if (r->rc)
                 log_info("worker: request %llu refused: %s traceparent=%s",
                          (unsigned long long)l->request, r->err, l->trace);
             else
-                log_info("worker: request %llu %s prompt=%d cached=%d gen=%d traceparent=%s",
+                log_info("worker: request %llu %s prompt=%d cached=%d gen=%d%s traceparent=%s",
                          (unsigned long long)l->request, fin[r->ev.finish % 5], r->ev.n_prompt,
-                         r->ev.n_cached, r->ev.n_generated, l->trace);
+                         r->ev.n_cached, r->ev.n_generated, kv, l->trace);
             if (l->conn) u64map_del(&l->conn->reqs, l->request);
             u64map_del(&w->tags, r->tag);
+            buf_release(&l->pull_frame);
             free(l);
         }
     }
@@ -489,6 +788,18 @@ static void on_stats(evutil_socket_t fd, short what, void *arg)
     struct worker *w = arg;
     for (struct wconn *c = w->conns; c; c = c->next)
         if (c->hello && !c->closing) send_stats(c);
+    double now = time_now_s();
+    for (struct peer *p = w->peers; p; p = p->next) {
+        if (!p->bev) continue;
+        if (now - p->last_heard > 2.5) {
+            peer_down(p, "silent for 2.5 s");
+        } else if (p->hello) {
+            struct cl_msg ping = {.type = CL_PING, .u.nonce = (uint64_t)(now * 1e3)};
+            struct err_msg e = {{0}};
+            buf_clear(&w->out);
+            if (!cl_encode(&ping, &w->out, &e)) bufferevent_write(p->bev, w->out.data, w->out.len);
+        }
+    }
 }
 
 static void on_beat(evutil_socket_t fd, short what, void *arg)
@@ -610,9 +921,20 @@ out:
     if (w.beat_ev) event_free(w.beat_ev);
     while (w.conns)
         conn_free(w.conns);
+    while (w.peers) {
+        struct peer *p = w.peers;
+        w.peers = p->next;
+        if (p->bev) bufferevent_free(p->bev);
+        u64map_release(&p->pulls);
+        free(p);
+    }
     if (w.runner_on) runner_stop(&w.runner);
-    for (size_t i = 0; i < w.tags.cap; i++)
-        if (w.tags.slots[i].key) free(w.tags.slots[i].val);
+    for (size_t i = 0; i < w.tags.cap; i++) {
+        if (!w.tags.slots[i].key) continue;
+        struct live *l = w.tags.slots[i].val;
+        buf_release(&l->pull_frame);
+        free(l);
+    }
     u64map_release(&w.tags);
     struct event *evs[] = {w.wake_ev, w.stats_ev, w.sig_int, w.sig_term};
     for (size_t i = 0; i < ARRAY_LEN(evs); i++)

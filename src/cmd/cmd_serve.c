@@ -254,10 +254,14 @@ static int serve_main(int argc, char **argv, bool gateway)
                     "take the workers announced in this Redis\n(redis://HOST:PORT or "
                     "unix:/PATH; with or instead of --workers)",
                     &c.redis),
+        CMD_OPT_INT("local-prefill", 0, "N",
+                    "prompts of at most N tokens are prefilled by the\nworker that decodes "
+                    "them, longer ones by a prefill\nworker when there is one (default 256)",
+                    &c.local_prefill, 0, 1 << 30),
         CMD_OPT_CALL("listen", 0, "HOST:PORT", "listen address and port in one", set_listen, &c),
         CMD_OPT_END,
     };
-    if (!gateway) opts[ARRAY_LEN(opts) - 4] = opts[ARRAY_LEN(opts) - 1];
+    if (!gateway) opts[ARRAY_LEN(opts) - 5] = opts[ARRAY_LEN(opts) - 1];
     const struct cmd_spec spec = {.name = self,
                                   .synopsis =
                                       gateway ? "-m MODEL.gguf --workers HOST:PORT,... [options]"

@@ -25,13 +25,21 @@
 
 const int runner_step_bounds[RUNNER_STEP_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 128, 512, 1 << 30};
 
-enum cmd_kind { CMD_SUBMIT, CMD_CANCEL, CMD_PAUSE, CMD_RESUME };
+enum cmd_kind { CMD_SUBMIT, CMD_CANCEL, CMD_PAUSE, CMD_RESUME, CMD_IMPORT, CMD_RELEASE };
+
+/* How a submit's prompt blocks move (runner.h, KV transfer). */
+enum submit_mode { SUBMIT_PLAIN, SUBMIT_PREFILL, SUBMIT_PULL };
 
 struct runner_cmd {
-    enum cmd_kind kind;        /* submit or cancel */
+    enum cmd_kind kind;        /* what to do */
     uint64_t tag;              /* request */
     struct inferd_request req; /* CMD_SUBMIT: prompt and logit_bias owned */
     int64_t ttl_s;             /* CMD_SUBMIT: its blocks' time to live (0: default) */
+    enum submit_mode mode;     /* CMD_SUBMIT */
+    int kv_skip;               /* CMD_SUBMIT prefill: leading blocks not to hand out */
+    void *blob;                /* CMD_IMPORT: owned buffer holding the frame */
+    const uint8_t *frame;      /* CMD_IMPORT: (frame_len) inside blob */
+    size_t frame_len;          /* CMD_IMPORT */
 };
 
 /* What the tier side knows of a live request's prompt. */
@@ -42,10 +50,19 @@ struct kv_owner {
     int tier_blocks[KV_CHAIN_MAX_TIERS]; /* blocks each tier served it */
 };
 
+/* A prefill request's prompt blocks, handed out as they fill. */
+struct kv_stream {
+    int n;              /* blocks to hand out: full ones but the last token's */
+    int next;           /* the first not handed out yet */
+    uint8_t (*ids)[16]; /* (n) their ids */
+};
+
 struct live {
     uint64_t tag;         /* caller's name */
     uint64_t id;          /* engine's name */
     struct kv_owner *own; /* tiers on: its prompt's blocks, else NULL */
+    struct kv_stream *st; /* prefill: its blocks to hand out, else NULL */
+    bool held;            /* pull: waiting for runner_kv_release */
 };
 
 struct thread_state {
@@ -73,6 +90,7 @@ static void free_cmd(struct runner_cmd *c)
     free((void *)c->req.sampling.logit_bias);
     free((void *)c->req.grammar.source);
     free((void *)c->req.cache_salt);
+    free(c->blob);
 }
 
 /* A block id as a u64map key (non-zero). */
@@ -117,22 +135,65 @@ static struct kv_owner *kv_prepare(struct runner *r, struct runner_cmd *c, int *
     return o;
 }
 
+static void stream_free(struct kv_stream *st)
+{
+    if (!st) return;
+    free(st->ids);
+    free(st);
+}
+
 static void apply(struct runner *r, struct thread_state *t, struct runner_cmd *c)
 {
     if (c->kind != CMD_SUBMIT) {
         for (size_t i = 0; i < t->n_live; i++) {
-            if (t->live[i].tag != c->tag) continue;
-            if (c->kind == CMD_CANCEL)
-                inferd_cancel(r->engine, t->live[i].id);
-            else
-                inferd_pause(r->engine, t->live[i].id, c->kind == CMD_PAUSE);
+            struct live *lv = &t->live[i];
+            if (lv->tag != c->tag) continue;
+            if (c->kind == CMD_CANCEL) {
+                inferd_cancel(r->engine, lv->id);
+            } else if (c->kind == CMD_IMPORT) {
+                char err[256];
+                int rc = lv->held
+                             ? inferd_kv_import(r->engine, c->frame, c->frame_len, err, sizeof(err))
+                             : 0;
+                if (rc) log_warn("kv transfer: a block not imported (it is computed): %s", err);
+            } else if (c->kind == CMD_RELEASE) {
+                if (lv->held) inferd_kv_release_hold(r->engine, lv->id);
+                lv->held = false;
+            } else {
+                inferd_pause(r->engine, lv->id, c->kind == CMD_PAUSE);
+            }
         }
         return;
     }
     uint64_t id;
     char err[256] = "";
     int from = 0, to = 0;
-    struct kv_owner *own = r->kv.chain && c->req.n_prompt > 0 ? kv_prepare(r, c, &from, &to) : NULL;
+    struct kv_owner *own = r->kv.chain && c->mode == SUBMIT_PLAIN && c->req.n_prompt > 0
+                               ? kv_prepare(r, c, &from, &to)
+                               : NULL;
+    struct kv_stream *st = NULL;
+    int held_blocks = -1; /* pull: leading blocks the pool holds, when it lacks some */
+    if (c->mode != SUBMIT_PLAIN && r->kv.frame_bytes && c->req.n_prompt > 0) {
+        const int bt = r->kv.block_tokens;
+        int usable = (c->req.n_prompt - 1) / bt; /* admission attaches no more */
+        uint8_t(*ids)[16] = xmalloc(16 * (size_t)MAX(usable, 1));
+        usable =
+            inferd_kv_block_ids(r->kv.fingerprint, bt, c->req.cache_salt, c->req.cache_salt_len,
+                                c->req.prompt, c->req.n_prompt, ids, usable);
+        if (c->mode == SUBMIT_PREFILL && usable > 0) {
+            st = xcalloc(1, sizeof(*st));
+            *st = (struct kv_stream){
+                .n = usable, .next = MIN(MAX(c->kv_skip, 0), usable), .ids = ids};
+            ids = NULL;
+        } else if (c->mode == SUBMIT_PULL && usable > 0) {
+            int have = inferd_kv_cached_prefix(r->engine, (const uint8_t(*)[16])ids, usable);
+            if (have < usable) {
+                c->req.hold = true;
+                held_blocks = have;
+            }
+        }
+        free(ids);
+    }
     int rc = inferd_submit(r->engine, &c->req, &id, err, sizeof(err));
     if (rc) {
         struct runner_msg *m = batch_push(t);
@@ -140,13 +201,20 @@ static void apply(struct runner *r, struct thread_state *t, struct runner_cmd *c
         m->rc = rc;
         snprintf(m->err, sizeof(m->err), "%s", err);
         owner_free(r, own);
+        stream_free(st);
         return;
     }
     if (t->n_live == t->cap_live) {
         t->cap_live = t->cap_live ? t->cap_live * 2 : 64;
         t->live = xrealloc(t->live, sizeof(*t->live) * t->cap_live);
     }
-    t->live[t->n_live++] = (struct live){c->tag, id, own};
+    t->live[t->n_live++] = (struct live){c->tag, id, own, st, held_blocks >= 0};
+    if (held_blocks >= 0) {
+        struct runner_msg *m = batch_push(t);
+        m->tag = c->tag;
+        m->kind = RUNNER_MSG_KV_PULL;
+        m->kv_index = (uint32_t)held_blocks;
+    }
     if (!own) return;
     for (int i = 0; i < own->n_ids; i++)
         u64map_put(&r->kv.owners, fold_id(own->ids[i]), own);
@@ -254,6 +322,31 @@ void runner_kv_wake(void *ctx)
     pthread_mutex_unlock(&r->mu);
 }
 
+/* Prefill requests: the blocks that filled since the last step, out as
+ * frames (before collect, so that they precede the request's finish and
+ * are exported while the request still holds them). */
+static void kv_stream_out(struct runner *r, struct thread_state *t)
+{
+    for (size_t i = 0; i < t->n_live; i++) {
+        struct kv_stream *st = t->live[i].st;
+        if (!st || st->next == st->n) continue;
+        int have = inferd_kv_cached_prefix(r->engine, (const uint8_t(*)[16])st->ids, st->n);
+        for (; st->next < have; st->next++) {
+            uint8_t *f = xmalloc(r->kv.frame_bytes);
+            if (inferd_kv_export(r->engine, st->ids[st->next], f, r->kv.frame_bytes)) {
+                free(f); /* cannot be: cached_prefix said it is held */
+                break;
+            }
+            struct runner_msg *m = batch_push(t);
+            m->tag = t->live[i].tag;
+            m->kind = RUNNER_MSG_KV_BLOCK;
+            m->kv_index = (uint32_t)st->next;
+            m->kv_frame = f;
+            m->kv_frame_len = r->kv.frame_bytes;
+        }
+    }
+}
+
 /* Engine events -> batch; a finish forgets the tag. */
 static void collect(struct runner *r, struct thread_state *t)
 {
@@ -271,6 +364,7 @@ static void collect(struct runner *r, struct thread_state *t)
                 memcpy(m->kv_tier_blocks, t->live[i].own->tier_blocks, sizeof(m->kv_tier_blocks));
                 owner_free(r, t->live[i].own);
             }
+            stream_free(t->live[i].st);
             t->live[i] = t->live[--t->n_live];
         }
     }
@@ -331,6 +425,7 @@ static void *thread_main(void *arg)
             }
             t.n_live = 0;
         }
+        kv_stream_out(r, &t);
         collect(r, &t);
         kv_stored(r, &t);
         struct inferd_stats es;
@@ -376,8 +471,10 @@ static void *thread_main(void *arg)
         }
     }
     pthread_mutex_unlock(&r->mu);
-    for (size_t i = 0; i < t.n_live; i++)
+    for (size_t i = 0; i < t.n_live; i++) {
         owner_free(r, t.live[i].own);
+        stream_free(t.live[i].st);
+    }
     free(cmds);
     free(t.live);
     free(t.batch);
@@ -395,12 +492,13 @@ int runner_start_tiers(struct runner *r, inferd_engine *e, struct kv_chain *chai
 {
     memset(r, 0, sizeof(*r));
     r->engine = e;
+    /* block ids and frames: tiers and KV transfer */
+    inferd_engine_fingerprint(e, r->kv.fingerprint);
+    r->kv.block_tokens = inferd_engine_block_tokens(e);
+    r->kv.frame_bytes = inferd_kv_frame_bytes(e);
     if (chain) {
         r->kv.chain = chain;
-        inferd_engine_fingerprint(e, r->kv.fingerprint);
-        r->kv.block_tokens = inferd_engine_block_tokens(e);
         r->kv.default_ttl_s = default_ttl_s;
-        r->kv.frame_bytes = inferd_kv_frame_bytes(e);
         r->kv.frame = xmalloc(MAX(r->kv.frame_bytes, 1));
     }
     r->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -434,6 +532,8 @@ void runner_stop(struct runner *r)
     for (size_t i = 0; i < r->n_cmds; i++)
         free_cmd(&r->cmds[i]);
     free(r->cmds);
+    for (size_t i = 0; i < r->n_out; i++)
+        free(r->out[i].kv_frame);
     free(r->out);
     free(r->kv.frame);
     u64map_release(&r->kv.owners);
@@ -460,10 +560,15 @@ void runner_submit(struct runner *r, uint64_t tag, const struct inferd_request *
     runner_submit_ttl(r, tag, req, 0);
 }
 
-void runner_submit_ttl(struct runner *r, uint64_t tag, const struct inferd_request *req,
-                       int64_t ttl_s)
+static void submit_cmd(struct runner *r, uint64_t tag, const struct inferd_request *req,
+                       int64_t ttl_s, enum submit_mode mode, int kv_skip)
 {
-    struct runner_cmd c = {.kind = CMD_SUBMIT, .tag = tag, .req = *req, .ttl_s = ttl_s};
+    struct runner_cmd c = {.kind = CMD_SUBMIT,
+                           .tag = tag,
+                           .req = *req,
+                           .ttl_s = ttl_s,
+                           .mode = mode,
+                           .kv_skip = kv_skip};
     int32_t *p = xmalloc(sizeof(int32_t) * (size_t)MAX(req->n_prompt, 1));
     if (req->n_prompt > 0) memcpy(p, req->prompt, sizeof(int32_t) * (size_t)req->n_prompt);
     c.req.prompt = p;
@@ -485,6 +590,36 @@ void runner_submit_ttl(struct runner *r, uint64_t tag, const struct inferd_reque
         memcpy(salt, req->cache_salt, req->cache_salt_len);
         c.req.cache_salt = salt;
     }
+    push_cmd(r, &c);
+}
+
+void runner_submit_ttl(struct runner *r, uint64_t tag, const struct inferd_request *req,
+                       int64_t ttl_s)
+{
+    submit_cmd(r, tag, req, ttl_s, SUBMIT_PLAIN, 0);
+}
+
+void runner_submit_prefill(struct runner *r, uint64_t tag, const struct inferd_request *req,
+                           int kv_skip)
+{
+    submit_cmd(r, tag, req, 0, SUBMIT_PREFILL, kv_skip);
+}
+
+void runner_submit_pull(struct runner *r, uint64_t tag, const struct inferd_request *req)
+{
+    submit_cmd(r, tag, req, 0, SUBMIT_PULL, 0);
+}
+
+void runner_kv_import(struct runner *r, uint64_t tag, void *blob, const uint8_t *frame, size_t len)
+{
+    struct runner_cmd c = {
+        .kind = CMD_IMPORT, .tag = tag, .blob = blob, .frame = frame, .frame_len = len};
+    push_cmd(r, &c);
+}
+
+void runner_kv_release(struct runner *r, uint64_t tag)
+{
+    struct runner_cmd c = {.kind = CMD_RELEASE, .tag = tag};
     push_cmd(r, &c);
 }
 

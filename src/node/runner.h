@@ -28,6 +28,17 @@
  * and its pre-eviction hook (write-back tiers), with the expiry of the
  * traffic class of the request whose prompt holds them (else the default).
  *
+ * KV transfer (prefill/decode disaggregation, cluster/worker.h): a request
+ * submitted with runner_submit_prefill hands each full block of its prompt
+ * to the event loop (a RUNNER_MSG_KV_BLOCK message with the block's frame)
+ * as soon as the step that filled it is done, so the loop sends it on while
+ * the next chunk computes. One submitted with runner_submit_pull waits
+ * (held) for the blocks its pool lacks: a RUNNER_MSG_KV_PULL message says
+ * how many leading blocks the pool holds, the loop feeds the others in with
+ * runner_kv_import as they arrive and ends the wait with runner_kv_release,
+ * and the request then attaches what came as prefix hits and computes only
+ * the rest (what did not come, it computes: the output is the same).
+ *
  * Stats: after each step the runner publishes an inferd_stats snapshot and
  * step counters under the same mutex, for /metrics and /health.
  */
@@ -44,8 +55,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+enum runner_msg_kind {
+    RUNNER_MSG_EVENT,    /* rc, err, ev, kv_tier_blocks */
+    RUNNER_MSG_KV_BLOCK, /* a prompt block of a prefill request: kv_index, kv_frame */
+    RUNNER_MSG_KV_PULL,  /* a pull request is held: kv_index = the leading blocks held */
+};
+
 struct runner_msg {
     uint64_t tag;                           /* the caller's name for the request */
+    enum runner_msg_kind kind;              /* what this message is */
+    uint32_t kv_index;                      /* KV_BLOCK: block index; KV_PULL: blocks held */
+    uint8_t *kv_frame;                      /* KV_BLOCK: (kv_frame_len) the block's frame,
+                                               the receiver's to free() */
+    size_t kv_frame_len;                    /* KV_BLOCK: bytes at kv_frame */
     int kv_tier_blocks[KV_CHAIN_MAX_TIERS]; /* on finish: prompt blocks each tier served */
     int rc;                                 /* submit result: 0, or the error (then ev is unused) */
     char err[256];                          /* submit error message */
@@ -116,6 +138,25 @@ void runner_submit(struct runner *r, uint64_t tag, const struct inferd_request *
  * (0: the default). */
 void runner_submit_ttl(struct runner *r, uint64_t tag, const struct inferd_request *req,
                        int64_t ttl_s);
+/* Prefill for another engine: req (max_tokens 1: its token is not wanted)
+ * computes as usual, and each full block of its prompt but the one holding
+ * the last token, from block kv_skip on, comes out as a RUNNER_MSG_KV_BLOCK
+ * message once it is in the pool; all of them before the request's final
+ * event. Blocks the pool held already come out after its first step. */
+void runner_submit_prefill(struct runner *r, uint64_t tag, const struct inferd_request *req,
+                           int kv_skip);
+/* Submits req to take its prompt's blocks from another engine: when the
+ * pool lacks some of those admission would attach, the request is queued
+ * held and a RUNNER_MSG_KV_PULL message (kv_index: leading blocks held)
+ * asks for the rest; else it runs at once and no KV_PULL comes. */
+void runner_submit_pull(struct runner *r, uint64_t tag, const struct inferd_request *req);
+/* Imports a frame (frame[0..len), inside blob, a malloc'd buffer the runner
+ * frees) for a held pull request; a bad frame is logged and skipped (its
+ * block and those after it are computed). Unknown or released tags: the
+ * frame is dropped. */
+void runner_kv_import(struct runner *r, uint64_t tag, void *blob, const uint8_t *frame, size_t len);
+/* Ends a pull request's wait: it is admitted with what came. */
+void runner_kv_release(struct runner *r, uint64_t tag);
 void runner_cancel(struct runner *r, uint64_t tag);
 /* Pauses or resumes the tag's request (inferd_pause); unknown tags are
  * ignored. */

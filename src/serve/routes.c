@@ -446,6 +446,7 @@ static void on_metrics(struct server *s, struct http_request *req, const struct 
         kv_chain_snapshot(s->kv_chain, &ks);
         metrics_render_tiers(&s->metrics, &ks, &b);
     }
+    if (s->remote) remote_render_metrics(s->remote, &b);
     http_respond(req, 200, "text/plain; version=0.0.4", b.data, b.len);
     buf_release(&b);
 }

@@ -31,6 +31,8 @@ struct serve_config {
                                     engine (cluster/remote.h); NULL: the engine runs here */
     const char *redis;           /* gateway: the workers announced in this Redis (URL,
                                     cluster/members.h), with or besides workers */
+    int local_prefill;           /* gateway: prompts of at most this many tokens are prefilled
+                                    by their decode worker (remote_route) */
     int n_threads;               /* engine compute threads (0: all cores) */
     int max_ctx;                 /* context length per request (0: min(trained, 4096)) */
     int max_seqs;                /* sequences running at once in the engine */

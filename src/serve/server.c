@@ -146,6 +146,7 @@ void serve_config_default(struct serve_config *c)
     c->port = 8080;
     c->data_dir = "./inferd-data";
     c->max_seqs = 64;
+    c->local_prefill = 256;
     c->kv_type = INFERD_KV_F16;
     c->max_queue = 256;
     c->max_open = 1024;
@@ -469,6 +470,7 @@ int serve_run(const struct serve_config *cfg, struct err_msg *msg)
         if ((rc = remote_new(s.base, cfg->workers, cfg->redis, b ? b + 1 : cfg->model_path,
                              &s.remote, msg)))
             goto out;
+        remote_set_local_prefill(s.remote, cfg->local_prefill);
         s.be = remote_backend(s.remote);
     }
     struct http_config hc;

@@ -143,7 +143,7 @@ else
 fi
 kill -CONT "$wb_pid"
 for _ in $(seq 1 50); do
-    [ "$(grep -c "worker 127.0.0.1:$wb_port (wb) in rotation" "$work/gw.log" || true)" -ge 2 ] && break
+    [ "$(grep -c "worker 127.0.0.1:$wb_port (wb, mixed) in rotation" "$work/gw.log" || true)" -ge 2 ] && break
     sleep 0.1
 done
 

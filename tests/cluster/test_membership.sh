@@ -76,7 +76,7 @@ else
     fail "membership: stopped worker: $dt ms"
 fi
 kill -CONT "$wb_pid"
-if wait_log "worker 127.0.0.1:$wb_port (wb) in rotation" 2 60; then
+if wait_log "worker 127.0.0.1:$wb_port (wb, mixed) in rotation" 2 60; then
     ok "membership: the resumed worker is back in rotation"
 else
     fail "membership: the resumed worker did not come back"

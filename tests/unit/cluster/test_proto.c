@@ -358,4 +358,32 @@ TEST(encode_refuses_what_a_peer_would)
     buf_release(&b);
 }
 
+TEST(prefill_only_submits_carry_a_skip_that_can_be_set_in_place)
+{
+    struct cl_msg m = a_submit(), d;
+    m.u.submit.flags |= CL_SUBMIT_PREFILL;
+    m.u.submit.kv_peer[0] = 0;
+    struct buf b = {0};
+    struct err_msg e = {{0}};
+    EXPECT_EQ_INT(cl_encode(&m, &b, &e), 0);
+    cl_submit_set_kv_skip((uint8_t *)b.data, b.len, 3);
+    EXPECT_EQ_INT(cl_decode((const uint8_t *)b.data, b.len, &d, &e), 0);
+    EXPECT_EQ_INT(d.u.submit.kv_skip, 3);
+    EXPECT(d.u.submit.flags & CL_SUBMIT_PREFILL);
+    cl_msg_free(&d);
+    cl_submit_set_kv_skip((uint8_t *)b.data, b.len, 6); /* beyond the 5-token prompt */
+    EXPECT_EQ_INT(cl_decode((const uint8_t *)b.data, b.len, &d, &e), ERR_PROTOCOL);
+    EXPECT(strstr(e.text, "KV skip: beyond the prompt") != NULL);
+    /* a skip on a whole request, a peer on a prefill-only one: refused */
+    m = a_submit();
+    m.u.submit.kv_skip = 1;
+    EXPECT_EQ_INT(cl_encode(&m, &b, &e), ERR_INVALID);
+    EXPECT(strstr(e.text, "KV skip") != NULL);
+    m = a_submit();
+    m.u.submit.flags |= CL_SUBMIT_PREFILL;
+    EXPECT_EQ_INT(cl_encode(&m, &b, &e), ERR_INVALID);
+    EXPECT(strstr(e.text, "KV peer: named on a prefill-only request") != NULL);
+    buf_release(&b);
+}
+
 TEST_MAIN()
