@@ -24,26 +24,6 @@ int cl_evbuffer_next(struct evbuffer *in, struct cl_msg *m, size_t *len, struct 
     return 1;
 }
 
-int cl_evbuffer_take(struct evbuffer *in, struct cl_msg *m, uint8_t **blob, struct err_msg *msg)
-{
-    size_t have = evbuffer_get_length(in), flen = 0;
-    *blob = NULL;
-    if (!have) return 0;
-    size_t look = MIN(have, (size_t)CL_HEADER);
-    const uint8_t *p = evbuffer_pullup(in, (ev_ssize_t)look);
-    int rc = cl_frame_peek(p, look, &flen, msg);
-    if (rc < 0) return rc;
-    if (!flen || have < flen) return 0;
-    uint8_t *b = xmalloc(flen);
-    evbuffer_remove(in, b, flen);
-    if ((rc = cl_decode(b, flen, m, msg))) {
-        free(b);
-        return rc;
-    }
-    *blob = b;
-    return 1;
-}
-
 bool cl_parse_addr(const char *s, size_t len, struct sockaddr_in *sa)
 {
     char one[80];

@@ -17,12 +17,6 @@
  * with a message (the connection must close). */
 int cl_evbuffer_next(struct evbuffer *in, struct cl_msg *m, size_t *len, struct err_msg *msg);
 
-/* The same, moving the frame's bytes out of in into a malloc'd buffer
- * (*blob, the caller's to free once done with m: a KV_BLOCK points into
- * it), so a large frame is copied once. 1, 0 or ERR_PROTOCOL as above (no
- * buffer on 0 or an error). */
-int cl_evbuffer_take(struct evbuffer *in, struct cl_msg *m, uint8_t **blob, struct err_msg *msg);
-
 /* Parses s[0..len) as an IPv4 "HOST:PORT" (port 1-65535) into *sa; false
  * if it is not one. */
 bool cl_parse_addr(const char *s, size_t len, struct sockaddr_in *sa);

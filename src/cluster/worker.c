@@ -41,6 +41,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <netinet/in.h>
+#include <malloc.h>
 #include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -49,6 +50,10 @@
 #include <sys/socket.h>
 
 struct worker;
+
+/* Bytes one read or write of a connection may move (libevent's default of
+ * 16 KiB costs a loop turn per 16 KiB of a KV transfer). */
+enum { KV_IO_BYTES = 4 << 20 };
 
 struct wconn {
     struct worker *w;
@@ -77,9 +82,12 @@ struct live {
     struct peer *pull;             /* the worker it waits on (NULL: not waiting) */
     double pull_t0;                /* monotonic seconds the SUBMIT went */
     uint32_t kv_got;               /* KV_BLOCK frames taken in */
+    uint64_t kv_bytes;             /* their frame bytes */
+    double kv_first;               /* monotonic seconds the first one came */
     int kv_held;                   /* leading blocks the pool held already */
     const char *kv_end;            /* how the wait ended, for the log line */
     double kv_ms;                  /* how long it took */
+    double kv_stream_ms;           /* from the first block to the end */
 };
 
 /* A prefill worker this worker pulls KV from. */
@@ -88,10 +96,19 @@ struct peer {
     struct peer *next;
     char addr[80];           /* HOST:PORT as the gateway named it */
     struct sockaddr_in sa;   /* resolved */
-    struct bufferevent *bev; /* NULL while down */
+    struct bufferevent *bev; /* connect and writes; NULL while down */
+    struct event *rd;        /* reads: our own (below) */
     bool hello;              /* its HELLO came, with our fingerprint */
     double last_heard;       /* monotonic seconds of its last frame */
     struct u64map pulls;     /* tag -> struct live * waiting on it */
+    /* The frame being read: its header, then (once that is in) the whole
+     * frame in a buffer of its size, filled straight from the socket. A
+     * bufferevent reads 4 KiB per loop turn, which would cost a turn per
+     * 4 KiB of KV; this reads what the socket has, into its final place. */
+    uint8_t head[CL_HEADER];
+    size_t head_have;
+    uint8_t *frame; /* (frame_len) header + payload, or NULL */
+    size_t frame_len, frame_have;
 };
 
 /* Worker counters for STATS (CL_STAT_KV_*). */
@@ -350,7 +367,9 @@ static void pull_end(struct worker *w, uint64_t tag, struct live *l, const char 
     if (l->pull) u64map_del(&l->pull->pulls, tag);
     l->pull = NULL;
     l->kv_end = how;
-    l->kv_ms = (time_now_s() - l->pull_t0) * 1e3;
+    double now = time_now_s();
+    l->kv_ms = (now - l->pull_t0) * 1e3;
+    l->kv_stream_ms = l->kv_got ? (now - l->kv_first) * 1e3 : 0;
     if (strcmp(how, "done")) w->kv.pull_fallbacks++;
     runner_kv_release(&w->runner, tag);
 }
@@ -369,9 +388,14 @@ static void peer_down(struct peer *p, const char *why)
             break; /* the map changed under us: scan again */
         }
     }
+    if (p->rd) event_free(p->rd);
+    p->rd = NULL;
     if (p->bev) bufferevent_free(p->bev);
     p->bev = NULL;
     p->hello = false;
+    free(p->frame);
+    p->frame = NULL;
+    p->head_have = 0;
 }
 
 static void peer_frame(struct peer *p, const struct cl_msg *m, uint8_t **blob)
@@ -402,7 +426,8 @@ static void peer_frame(struct peer *p, const struct cl_msg *m, uint8_t **blob)
         if (!l) return; /* one that ended already */
         runner_kv_import(&w->runner, tag, *blob, m->u.kv_block.frame, m->u.kv_block.frame_len);
         *blob = NULL; /* the runner's now */
-        l->kv_got++;
+        if (!l->kv_got++) l->kv_first = time_now_s();
+        l->kv_bytes += m->u.kv_block.frame_len;
         w->kv.blocks_in++;
         return;
     }
@@ -441,21 +466,57 @@ static void peer_frame(struct peer *p, const struct cl_msg *m, uint8_t **blob)
     }
 }
 
-static void peer_read(struct bufferevent *bev, void *arg)
+/* One whole frame in p->frame: decoded and acted on. */
+static void peer_take(struct peer *p)
 {
-    struct peer *p = arg;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    p->last_heard = time_now_s();
-    while (p->bev) {
-        struct cl_msg m;
-        struct err_msg e = {{0}};
-        uint8_t *blob = NULL;
-        int rc = cl_evbuffer_take(in, &m, &blob, &e);
-        if (rc < 0) peer_down(p, e.text);
-        if (rc <= 0) return;
-        peer_frame(p, &m, &blob); /* may take p down (p->bev NULL): the loop ends */
-        cl_msg_free(&m);
+    uint8_t *blob = p->frame;
+    size_t len = p->frame_len;
+    p->frame = NULL;
+    p->head_have = 0;
+    struct cl_msg m;
+    struct err_msg e = {{0}};
+    if (cl_decode(blob, len, &m, &e)) {
         free(blob);
+        peer_down(p, e.text);
+        return;
+    }
+    peer_frame(p, &m, &blob); /* may take p down */
+    cl_msg_free(&m);
+    free(blob);
+}
+
+static void peer_read(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    struct peer *p = arg;
+    p->last_heard = time_now_s();
+    while (p->rd) {
+        ssize_t n;
+        if (!p->frame)
+            n = recv(fd, p->head + p->head_have, CL_HEADER - p->head_have, 0);
+        else
+            n = recv(fd, p->frame + p->frame_have, p->frame_len - p->frame_have, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+        if (n <= 0) {
+            peer_down(p, n == 0 ? "connection closed" : strerror(errno));
+            return;
+        }
+        if (!p->frame) {
+            if ((p->head_have += (size_t)n) < CL_HEADER) continue;
+            size_t flen = 0;
+            struct err_msg e = {{0}};
+            if (cl_frame_peek(p->head, CL_HEADER, &flen, &e) < 0) {
+                peer_down(p, e.text);
+                return;
+            }
+            p->frame = xmalloc(flen);
+            memcpy(p->frame, p->head, CL_HEADER);
+            p->frame_len = flen;
+            p->frame_have = CL_HEADER;
+        } else {
+            p->frame_have += (size_t)n;
+        }
+        if (p->frame_have == p->frame_len) peer_take(p);
     }
 }
 
@@ -489,13 +550,15 @@ static struct peer *peer_get(struct worker *w, const char *addr)
     }
     if (p->bev) return p;
     p->bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
-    bufferevent_setcb(p->bev, peer_read, NULL, peer_event, p);
-    bufferevent_enable(p->bev, EV_READ | EV_WRITE);
-    p->last_heard = time_now_s(); /* a dial that hangs counts as silence */
+    bufferevent_setcb(p->bev, NULL, NULL, peer_event, p);
+    bufferevent_enable(p->bev, EV_WRITE); /* reads are p->rd's */
+    p->last_heard = time_now_s();         /* a dial that hangs counts as silence */
     if (bufferevent_socket_connect(p->bev, (struct sockaddr *)&p->sa, sizeof(p->sa)) < 0) {
         peer_down(p, "cannot connect");
         return NULL;
     }
+    p->rd = event_new(w->base, bufferevent_getfd(p->bev), EV_READ | EV_PERSIST, peer_read, p);
+    event_add(p->rd, NULL);
     struct cl_msg hello = {.type = CL_HELLO, .u.hello = w->me};
     struct err_msg e = {{0}};
     buf_clear(&w->out);
@@ -687,6 +750,7 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     w->conns = c;
     w->n_conns++;
     bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
+    bufferevent_set_max_single_write(c->bev, KV_IO_BYTES); /* KV_BLOCK frames to a peer */
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 }
 
@@ -764,8 +828,11 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
             if (l->prefill)
                 snprintf(kv, sizeof(kv), " prefill kv_sent=%u", l->kv_sent);
             else if (l->kv_end)
-                snprintf(kv, sizeof(kv), " kv_from=%s kv_held=%d kv_got=%u kv_ms=%.1f kv=%s",
-                         l->kv_peer, l->kv_held, l->kv_got, l->kv_ms, l->kv_end);
+                snprintf(kv, sizeof(kv),
+                         " kv_from=%s kv_held=%d kv_got=%u kv_bytes=%llu kv_ms=%.1f "
+                         "kv_stream_ms=%.2f kv=%s",
+                         l->kv_peer, l->kv_held, l->kv_got, (unsigned long long)l->kv_bytes,
+                         l->kv_ms, l->kv_stream_ms, l->kv_end);
             if (r->rc)
                 log_info("worker: request %llu refused: %s traceparent=%s",
                          (unsigned long long)l->request, r->err, l->trace);
@@ -872,6 +939,11 @@ int worker_run(const struct worker_config *cfg, struct err_msg *msg)
 {
     struct worker w = {.cfg = cfg};
     signal(SIGPIPE, SIG_IGN);
+    /* KV frames (a few hundred KiB each) come and go by the hundred: keep
+     * them on the heap, reused, rather than a fresh mapping each whose pages
+     * fault in as the socket fills them. */
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
     int rc = 0, port = 0;
     if (!cfg->model_path) {
         rc = err_set(msg, ERR_INVALID, "a model is needed (-m FILE)");
@@ -924,8 +996,10 @@ out:
     while (w.peers) {
         struct peer *p = w.peers;
         w.peers = p->next;
+        if (p->rd) event_free(p->rd);
         if (p->bev) bufferevent_free(p->bev);
         u64map_release(&p->pulls);
+        free(p->frame);
         free(p);
     }
     if (w.runner_on) runner_stop(&w.runner);
