@@ -197,6 +197,15 @@ struct inferd_request {
                                         admitted until inferd_kv_release_hold (other requests
                                         keep stepping); it counts against max_waiting and in
                                         inferd_stats.n_loading, not n_waiting */
+    int n_output;                    /* resume: the prompt's last n_output tokens are output
+                                        already (a request continued on another engine: prompt
+                                        = its prompt + what it generated so far; 0 <= n_output
+                                        < min(n_prompt, max_tokens)). They count as generated
+                                        (max_tokens is the whole output's, penalties see them,
+                                        the grammar is advanced through them at submit, usage
+                                        counts them) and the next token is drawn at the next
+                                        position: the output goes on exactly as the
+                                        uninterrupted request's would. */
     struct inferd_grammar grammar;   /* optional constraint: tokens are drawn from those that
                                         keep the output in the grammar (masked logits are -inf,
                                         logprobs are of the masked distribution); the request

@@ -56,9 +56,10 @@ struct remote {
     struct rworker w[MAX_WORKERS];
     int n;
     struct event *tick; /* reconnects, silence checks */
-    struct u64map tags; /* tag -> struct rworker * */
-    struct u64map pre;  /* tag -> the struct rworker * computing its prompt */
+    struct u64map tags; /* tag -> struct rreq */
     int local_prefill;  /* remote_route's bound */
+    uint64_t n_resumed; /* requests moved to another worker */
+    uint64_t n_lost;    /* requests ended by a lost worker (none to move to, or too often) */
     struct runner_msg *out;
     size_t n_out, cap_out;
     struct buf enc;          /* encode scratch */
@@ -77,6 +78,19 @@ static int pick_among(const struct remote_worker_view *w, int n, unsigned mask)
     }
     return best;
 }
+
+/* A request of ours in flight. */
+struct rreq {
+    struct rworker *w;   /* the worker generating it */
+    struct rworker *pre; /* the prefill worker computing its prompt, or NULL */
+    struct buf frame;    /* its SUBMIT as first sent */
+    int32_t *out;        /* (n_out, cap_out) the tokens it has output */
+    int n_out, cap_out;
+    int moves;      /* times it moved to another worker */
+    bool cancelled; /* its caller cancelled it: not moved */
+};
+
+enum { MAX_MOVES = 3 }; /* a request that kills workers does not kill them all */
 
 int remote_pick(const struct remote_worker_view *w, int n)
 {
@@ -117,49 +131,100 @@ static void submit_error(struct remote *r, uint64_t tag, int code, const char *w
     snprintf(m->err, sizeof(m->err), "%s", why);
 }
 
-/* Every request on w ends with an error event: the worker is gone. */
+/* A request of ours ended: the counts of the workers it was on drop. */
+static void ended(struct remote *r, uint64_t tag, struct rreq *q)
+{
+    if (q->pre) q->pre->prefills--;
+    q->w->sent--;
+    u64map_del(&r->tags, tag);
+    buf_release(&q->frame);
+    free(q->out);
+    free(q);
+}
+
+static void lost(struct remote *r, uint64_t tag, struct rreq *q, const char *text)
+{
+    struct runner_msg *m = push(r, tag);
+    m->ev.request = tag;
+    m->ev.token = -1;
+    m->ev.finish = INFERD_FINISH_ERROR;
+    m->ev.error = ERR_UNAVAILABLE;
+    snprintf(m->ev.message, sizeof(m->ev.message), "%s", text);
+    r->n_lost += !q->cancelled;
+    ended(r, tag, q);
+}
+
+static int route(struct remote *r, int n_prompt, int *pf);
+static bool send_frame(struct rworker *w, const struct buf *b);
+
+/* q's worker is gone: q goes on on another from the tokens it has output
+ * (its prompt + them, n_generated = their count: the worker continues at
+ * the next position, with the same seed, penalties and grammar state), so
+ * the caller's stream has every token once. False when it cannot move. */
+static bool move(struct remote *r, uint64_t tag, struct rreq *q)
+{
+    if (q->cancelled || q->moves >= MAX_MOVES) return false;
+    struct cl_msg m;
+    struct err_msg e = {{0}};
+    if (cl_decode((const uint8_t *)q->frame.data, q->frame.len, &m, &e)) return false;
+    struct cl_submit *s = &m.u.submit;
+    bool ok = false;
+    if ((uint32_t)q->n_out < s->max_tokens && s->n_prompt + (uint32_t)q->n_out <= CL_MAX_PROMPT) {
+        s->prompt = xrealloc(s->prompt, sizeof(int32_t) * (s->n_prompt + (size_t)q->n_out));
+        memcpy(s->prompt + s->n_prompt, q->out, sizeof(int32_t) * (size_t)q->n_out);
+        s->n_prompt += (uint32_t)q->n_out;
+        s->n_generated = (uint32_t)q->n_out;
+        int pf = -1, k = route(r, (int)s->n_prompt, &pf);
+        s->kv_peer[0] = 0;
+        if (pf >= 0) snprintf(s->kv_peer, sizeof(s->kv_peer), "%s", r->w[pf].addr);
+        buf_clear(&r->enc);
+        if (k >= 0 && !cl_encode(&m, &r->enc, &e) && send_frame(&r->w[k], &r->enc)) {
+            struct rworker *from = q->w;
+            from->sent--;
+            if (q->pre) q->pre->prefills--;
+            q->w = &r->w[k];
+            q->w->sent++;
+            q->pre = pf >= 0 ? &r->w[pf] : NULL;
+            if (q->pre) q->pre->prefills++;
+            q->moves++;
+            r->n_resumed++;
+            log_info("remote: request %llu moved from %s to %s after %d output tokens",
+                     (unsigned long long)tag, from->addr, q->w->addr, q->n_out);
+            ok = true;
+        }
+    }
+    cl_msg_free(&m);
+    return ok;
+}
+
+/* w is gone: every request it generated moves to another worker, or ends
+ * with an error event; prompts it computed for others are computed by
+ * their decode workers (worker.h). */
 static void fail_all(struct rworker *w, const char *why)
 {
     struct remote *r = w->r;
+    uint64_t *tags = NULL;
+    size_t n = 0;
     for (size_t i = 0; i < r->tags.cap; i++) {
-        if (!r->tags.slots[i].key || r->tags.slots[i].val != w) continue;
-        uint64_t tag = r->tags.slots[i].key;
-        struct runner_msg *m = push(r, tag);
-        m->ev.request = tag;
-        m->ev.token = -1;
-        m->ev.finish = INFERD_FINISH_ERROR;
-        m->ev.error = ERR_UNAVAILABLE;
-        snprintf(m->ev.message, sizeof(m->ev.message), "worker %s lost: %s", w->addr, why);
-    }
-    for (size_t i = 0; i < r->tags.cap;) { /* deletion shifts: rescan the slot */
-        if (r->tags.slots[i].key && r->tags.slots[i].val == w) {
-            u64map_del(&r->pre, r->tags.slots[i].key);
-            u64map_del(&r->tags, r->tags.slots[i].key);
-        } else {
-            i++;
+        struct rreq *q = r->tags.slots[i].key ? r->tags.slots[i].val : NULL;
+        if (q && q->pre == w) {
+            q->pre = NULL;
+            w->prefills--;
+        }
+        if (q && q->w == w) {
+            tags = xrealloc(tags, sizeof(*tags) * (n + 1));
+            tags[n++] = r->tags.slots[i].key;
         }
     }
-    /* prompts it computed for others: their decode workers compute the rest */
-    for (size_t i = 0; i < r->pre.cap;) {
-        if (r->pre.slots[i].key && r->pre.slots[i].val == w)
-            u64map_del(&r->pre, r->pre.slots[i].key);
-        else
-            i++;
+    for (size_t i = 0; i < n; i++) { /* moves change the map: by tag, not by slot */
+        struct rreq *q = u64map_get(&r->tags, tags[i]);
+        if (!move(r, tags[i], q)) {
+            char text[256];
+            snprintf(text, sizeof(text), "worker %s lost: %s", w->addr, why);
+            lost(r, tags[i], q, text);
+        }
     }
-    w->sent = 0;
-    w->prefills = 0;
-}
-
-/* A request of ours ended: the counts of the workers it was on drop. */
-static void ended(struct remote *r, uint64_t tag, struct rworker *w)
-{
-    struct rworker *p = u64map_get(&r->pre, tag);
-    if (p) {
-        p->prefills--;
-        u64map_del(&r->pre, tag);
-    }
-    u64map_del(&r->tags, tag);
-    w->sent--;
+    free(tags);
 }
 
 /* Connections ---------------------------------------------------------------------------- */
@@ -172,6 +237,11 @@ static void down(struct rworker *w, const char *why)
     if (!w->logged_down) log_warn("remote: worker %s: %s; out of rotation", w->addr, why);
     w->logged_down = true;
     fail_all(w, why);
+}
+
+static bool send_frame(struct rworker *w, const struct buf *b)
+{
+    return w->bev && bufferevent_write(w->bev, b->data, b->len) == 0;
 }
 
 static bool send_msg(struct rworker *w, const struct cl_msg *m)
@@ -188,7 +258,15 @@ static bool send_msg(struct rworker *w, const struct cl_msg *m)
 static void on_token(struct rworker *w, const struct cl_token *t)
 {
     struct remote *r = w->r;
-    if (u64map_get(&r->tags, t->request) != w) return; /* not ours, or ended already */
+    struct rreq *q = u64map_get(&r->tags, t->request);
+    if (!q || q->w != w) return; /* not ours, or ended already, or moved */
+    if (t->token >= 0) {
+        if (q->n_out == q->cap_out) {
+            q->cap_out = q->cap_out ? 2 * q->cap_out : 64;
+            q->out = xrealloc(q->out, sizeof(*q->out) * (size_t)q->cap_out);
+        }
+        q->out[q->n_out++] = t->token;
+    }
     struct runner_msg *m = push(r, t->request);
     struct inferd_event *ev = &m->ev;
     ev->request = t->request;
@@ -206,7 +284,7 @@ static void on_token(struct rworker *w, const struct cl_token *t)
         ev->n_generated = (int)t->n_generated;
         ev->error = t->error;
         snprintf(ev->message, sizeof(ev->message), "%s", t->message);
-        ended(r, t->request, w);
+        ended(r, t->request, q);
     }
 }
 
@@ -238,8 +316,9 @@ static void on_frame(struct rworker *w, const struct cl_msg *m)
         on_token(w, &m->u.token);
         return;
     case CL_ERROR:
-        if (m->u.error.request && u64map_get(&r->tags, m->u.error.request) == w) {
-            ended(r, m->u.error.request, w);
+        struct rreq *q = m->u.error.request ? u64map_get(&r->tags, m->u.error.request) : NULL;
+        if (q && q->w == w) {
+            ended(r, m->u.error.request, q);
             submit_error(r, m->u.error.request, m->u.error.code, m->u.error.message);
         } else if (!m->u.error.request) {
             log_warn("remote: worker %s says: %s", w->addr, m->u.error.message);
@@ -388,15 +467,7 @@ static void r_submit(struct node_backend *b, uint64_t tag, const struct inferd_r
 {
     (void)ttl_s; /* workers keep no tiers yet */
     struct remote *r = remote_of(b);
-    struct remote_worker_view v[MAX_WORKERS];
-    for (int i = 0; i < r->n; i++)
-        v[i] = (struct remote_worker_view){.up = !r->w[i].removed && r->w[i].bev && r->w[i].hello,
-                                           .role = r->w[i].role,
-                                           .running = (int)r->w[i].stats.running,
-                                           .waiting = (int)r->w[i].stats.waiting,
-                                           .sent = r->w[i].sent + r->w[i].prefills};
-    int pf = -1;
-    int k = remote_route(v, r->n, q->n_prompt, r->local_prefill, &pf);
+    int pf = -1, k = route(r, q->n_prompt, &pf);
     if (k < 0) {
         submit_error(r, tag, ERR_UNAVAILABLE, "no worker available");
         return;
@@ -449,25 +520,43 @@ static void r_submit(struct node_backend *b, uint64_t tag, const struct inferd_r
         submit_error(r, tag, ERR_INVALID, e.text + (strncmp(e.text, "encode: ", 8) ? 0 : 8));
         return;
     }
-    if (bufferevent_write(w->bev, r->enc.data, r->enc.len)) {
+    if (!send_frame(w, &r->enc)) {
         submit_error(r, tag, ERR_UNAVAILABLE, "the worker's connection failed");
         return;
     }
-    u64map_put(&r->tags, tag, w);
+    struct rreq *rq = xcalloc(1, sizeof(*rq));
+    rq->w = w;
+    buf_append(&rq->frame, r->enc.data, r->enc.len); /* what a move starts from */
     w->sent++;
     if (pf >= 0) {
-        u64map_put(&r->pre, tag, &r->w[pf]);
-        r->w[pf].prefills++;
+        rq->pre = &r->w[pf];
+        rq->pre->prefills++;
     }
+    u64map_put(&r->tags, tag, rq);
+}
+
+/* The snapshot the policy routes on, and its choice (remote_route). */
+static int route(struct remote *r, int n_prompt, int *pf)
+{
+    struct remote_worker_view v[MAX_WORKERS];
+    for (int i = 0; i < r->n; i++)
+        v[i] = (struct remote_worker_view){.up = !r->w[i].removed && r->w[i].bev && r->w[i].hello,
+                                           .role = r->w[i].role,
+                                           .running = (int)r->w[i].stats.running,
+                                           .waiting = (int)r->w[i].stats.waiting,
+                                           .sent = r->w[i].sent + r->w[i].prefills};
+    return remote_route(v, r->n, n_prompt, r->local_prefill, pf);
 }
 
 static void r_cancel(struct node_backend *b, uint64_t tag)
 {
     struct remote *r = remote_of(b);
-    struct rworker *w = u64map_get(&r->tags, tag);
-    if (!w || !w->bev) return;
+    struct rreq *q = u64map_get(&r->tags, tag);
+    if (!q) return;
+    q->cancelled = true;
+    if (!q->w->bev) return;
     struct cl_msg m = {.type = CL_CANCEL, .u.request = tag};
-    send_msg(w, &m);
+    send_msg(q->w, &m);
 }
 
 static void r_pause(struct node_backend *b, uint64_t tag, bool paused)
@@ -650,6 +739,16 @@ void remote_render_metrics(const struct remote *r, struct buf *out)
          "Of those, ended without all the blocks (prefill worker lost, silent, refused): "
          "the rest computed by the decode worker."},
     };
+    buf_printf(out,
+               "# HELP inferd_cluster_requests_moved_total Requests that went on on another "
+               "worker after theirs was lost, from the tokens they had output.\n"
+               "# TYPE inferd_cluster_requests_moved_total counter\n"
+               "inferd_cluster_requests_moved_total %llu\n"
+               "# HELP inferd_cluster_requests_lost_total Requests ended with an error because "
+               "their worker was lost and none could take them on.\n"
+               "# TYPE inferd_cluster_requests_lost_total counter\n"
+               "inferd_cluster_requests_lost_total %llu\n",
+               (unsigned long long)r->n_resumed, (unsigned long long)r->n_lost);
     for (size_t s = 0; s < ARRAY_LEN(series); s++) {
         buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", series[s].name, series[s].help,
                    series[s].name, series[s].type);
@@ -681,8 +780,14 @@ void remote_free(struct remote *r)
     if (r->tick) event_free(r->tick);
     members_close(r->members);
     close(r->base.wake_fd);
+    for (size_t i = 0; i < r->tags.cap; i++) {
+        struct rreq *q = r->tags.slots[i].key ? r->tags.slots[i].val : NULL;
+        if (!q) continue;
+        buf_release(&q->frame);
+        free(q->out);
+        free(q);
+    }
     u64map_release(&r->tags);
-    u64map_release(&r->pre);
     free(r->out);
     buf_release(&r->enc);
     free(r);

@@ -20,11 +20,17 @@
  * they fill (worker.h). With prefill workers only, they run whole requests.
  *
  * Failures: no worker in rotation is a submit error (ERR_UNAVAILABLE, "no
- * worker available"); a worker lost with requests on it ends each with an
- * INFERD_FINISH_ERROR event (ERR_UNAVAILABLE) once its connection drops or
- * goes silent for 2.5 s (no STATS, no PONG to the PING sent every half
- * second): out of rotation within 3 s. Requests are not moved to another
- * worker yet (migration is not built).
+ * worker available"). A worker is lost when its connection drops or it goes
+ * silent for 2.5 s (no STATS, no PONG to the PING sent every half second):
+ * out of rotation within 3 s. Each request it was generating moves to
+ * another worker: the gateway keeps every request's SUBMIT and the tokens it
+ * has output, and sends the prompt + those tokens with n_generated = their
+ * count, so the new worker continues at the next position (same seed,
+ * penalties and grammar state: inferd_request.n_output) and the caller's
+ * stream goes on with no token missing or repeated. A request that cannot
+ * move (no worker left, moved 3 times already, cancelled) ends with an
+ * INFERD_FINISH_ERROR event (ERR_UNAVAILABLE). Counted in /metrics
+ * (inferd_cluster_requests_moved_total, _lost_total).
  *
  * Not yet: several gateways sharing request state, pause (a slow
  * client does not pause the worker: TCP flow control does), KV TTL classes.

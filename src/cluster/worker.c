@@ -261,10 +261,6 @@ static void on_submit(struct wconn *c, const struct cl_submit *s)
         refuse(c, why);
         return;
     }
-    if (s->n_generated) {
-        send_error(c, s->request, ERR_UNSUPPORTED, "resuming a request is not supported yet");
-        return;
-    }
     if (w->cfg->mock) {
         for (uint32_t i = 0; i < s->max_tokens; i++) {
             struct cl_msg m = {.type = CL_TOKEN};
@@ -310,6 +306,7 @@ static void on_submit(struct wconn *c, const struct cl_submit *s)
         .priority = s->priority,
         .cache_salt = s->cache_salt,
         .cache_salt_len = s->salt_len,
+        .n_output = (int)s->n_generated,
         .grammar = {.kind = (enum inferd_grammar_kind)s->grammar_kind,
                     .source = s->grammar,
                     .len = s->grammar_len,
@@ -329,15 +326,24 @@ static void on_submit(struct wconn *c, const struct cl_submit *s)
     req.sampling.logit_bias = bias;
     req.sampling.n_logit_bias = (int)s->n_logit_bias;
     uint64_t tag = ++w->next_tag;
+    log_debug("worker: request %llu submitted: prompt=%u output=%u max_tokens=%u%s traceparent=%s",
+              (unsigned long long)s->request, s->n_prompt, s->n_generated, s->max_tokens,
+              s->flags & CL_SUBMIT_PREFILL ? " prefill-only" : "",
+              s->traceparent[0] ? s->traceparent : "-");
     struct live *l = xcalloc(1, sizeof(*l));
-    *l = (struct live){.conn = c, .request = s->request};
+    /* a resumed request's TOKEN indices go on from the output it has */
+    *l = (struct live){.conn = c, .request = s->request, .index = s->n_generated};
     snprintf(l->trace, sizeof(l->trace), "%s", s->traceparent[0] ? s->traceparent : "-");
     u64map_put(&w->tags, tag, l);
     u64map_put(&c->reqs, s->request, (void *)(uintptr_t)tag);
     /* the runner copies the prompt, bias and grammar source */
     if (s->flags & CL_SUBMIT_PREFILL) {
         l->prefill = true;
-        req.max_tokens = 1; /* the prompt is what is wanted: its token is not sent */
+        /* the prompt's KV is what is wanted: its token is never sent, so
+         * nothing shapes it (no grammar, no resumed output) */
+        req.max_tokens = 1;
+        req.n_output = 0;
+        req.grammar = (struct inferd_grammar){0};
         runner_submit_prefill(&w->runner, tag, &req, (int)s->kv_skip);
     } else if (s->kv_peer[0]) {
         /* the prefill worker's copy: the same request under our tag */
@@ -345,6 +351,7 @@ static void on_submit(struct wconn *c, const struct cl_submit *s)
         pm.u.submit.request = tag;
         pm.u.submit.flags |= CL_SUBMIT_PREFILL;
         pm.u.submit.max_tokens = 1;
+        pm.u.submit.n_generated = 0;
         pm.u.submit.kv_peer[0] = 0;
         pm.u.submit.kv_skip = 0; /* set once the runner says what the pool holds */
         struct err_msg e = {{0}};

@@ -165,6 +165,24 @@ void constrain_masks_wait(struct constrain *c)
     pthread_mutex_unlock(&c->mu);
 }
 
+int constrain_replay(struct grammar_matcher *m, const int32_t *tokens, int n, struct err_msg *msg)
+{
+    for (int i = 0; i < n; i++) {
+        if (!grammar_matcher_accept_token(m, tokens[i])) {
+            const char *text = NULL;
+            int rc = grammar_matcher_error(m, &text);
+            return err_set(msg, ERR_INVALID, "resumed output: token %d (id %d) %s%s", i, tokens[i],
+                           rc ? "ran past a grammar budget: " : "is not allowed by the grammar",
+                           rc && text ? text : "");
+        }
+        if (grammar_matcher_is_terminated(m) ||
+            (grammar_matcher_is_accepting(m) && !grammar_matcher_can_continue(m)))
+            return err_set(msg, ERR_INVALID,
+                           "resumed output: the grammar is complete after token %d of %d", i, n);
+    }
+    return 0;
+}
+
 int constrain_advance(struct grammar_matcher *m, int32_t token, bool *done)
 {
     *done = false;

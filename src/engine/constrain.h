@@ -146,5 +146,10 @@ void constrain_masks_wait(struct constrain *c);
  * ERR_INVALID when the step ran past its budget (the matcher is failed;
  * grammar_matcher_error has the message). */
 int constrain_advance(struct grammar_matcher *m, int32_t token, bool *done);
+/* Feeds tokens already output elsewhere (a resumed request) with no mask
+ * before them. Returns 0 when every one is accepted and the grammar can
+ * still go on; ERR_INVALID with a message naming the first that is not, or
+ * saying the output completes the grammar already. */
+int constrain_replay(struct grammar_matcher *m, const int32_t *tokens, int n, struct err_msg *msg);
 
 #endif

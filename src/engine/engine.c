@@ -660,11 +660,18 @@ int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id
                      r->n_prompt, e->cfg.max_ctx, e->cfg.max_ctx - 1);
         goto err;
     }
-    if ((int64_t)r->n_prompt + r->max_tokens > e->cfg.max_ctx) {
+    if (r->n_output < 0 || r->n_output >= r->n_prompt || r->n_output >= r->max_tokens) {
+        rc = err_set(&msg, ERR_INVALID,
+                     "n_output: %d output tokens resumed of a %d-token prompt with max_tokens "
+                     "%d (at least 0, fewer than both)",
+                     r->n_output, r->n_prompt, r->max_tokens);
+        goto err;
+    }
+    if ((int64_t)r->n_prompt - r->n_output + r->max_tokens > e->cfg.max_ctx) {
         rc = err_set(&msg, ERR_TOO_LARGE,
                      "max_tokens: prompt (%d tokens) + max_tokens (%d) exceeds the context "
                      "length %d",
-                     r->n_prompt, r->max_tokens, e->cfg.max_ctx);
+                     r->n_prompt - r->n_output, r->max_tokens, e->cfg.max_ctx);
         goto err;
     }
     if (r->cache_salt_len > 0 && !r->cache_salt) {
@@ -692,7 +699,12 @@ int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id
         free(q);
         goto err;
     }
-    if ((rc = grammar_hook_submit(e, r, q, &msg))) {
+    if ((rc = grammar_hook_submit(e, r, q, &msg)) ||
+        (q->gm && r->n_output &&
+         (rc =
+              constrain_replay(q->gm, r->prompt + r->n_prompt - r->n_output, r->n_output, &msg)))) {
+        grammar_matcher_free(q->gm);
+        free(q->mask);
         free((void *)q->sp.logit_bias);
         free(q);
         goto err;
@@ -701,10 +713,11 @@ int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id
     q->t_submit = time_now_s();
     q->state = REQ_STATE_WAITING;
     q->priority = r->priority;
-    q->cap = r->n_prompt + r->max_tokens;
+    q->cap = r->n_prompt - r->n_output + r->max_tokens;
     q->tokens = xmalloc(sizeof(int32_t) * (size_t)q->cap);
     memcpy(q->tokens, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
-    q->n_prompt = q->n_tokens = r->n_prompt;
+    q->n_prompt = r->n_prompt - r->n_output; /* resumed: the rest is output already */
+    q->n_tokens = r->n_prompt;
     q->max_tokens = r->max_tokens;
     q->ignore_eos = r->ignore_eos;
     q->held = r->hold;

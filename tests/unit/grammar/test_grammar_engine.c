@@ -452,4 +452,82 @@ TEST(grammar_budget_blowout_fails_alone)
     expect_same_events(alone, n_alone, both, n_both);
 }
 
+/* A resumed request (prompt + its first k output tokens, n_output = k) on
+ * another engine goes on with exactly the tokens, logprobs and alternatives
+ * of the uninterrupted run: positions, penalties and the grammar's state
+ * continue where they were. */
+static int submit_resume(inferd_engine *e, const char *schema, const int32_t *out, int k,
+                         int max_tokens, uint64_t *id, char *err)
+{
+    int32_t prompt[3 + 512] = {11, 22, 33};
+    memcpy(prompt + 3, out, sizeof(int32_t) * (size_t)k);
+    struct inferd_request r = {
+        .prompt = prompt, .n_prompt = 3 + k, .max_tokens = max_tokens, .n_output = k};
+    inferd_sampling_default(&r.sampling);
+    r.sampling.seed = 19;
+    r.sampling.temperature = 0.9f;
+    r.sampling.top_p = 0.95f;
+    r.sampling.presence_penalty = 0.6f;
+    r.sampling.frequency_penalty = 0.3f;
+    r.sampling.repetition_penalty = 1.2f;
+    r.sampling.logprobs = true;
+    r.sampling.n_logprobs = 5;
+    r.grammar.kind = schema ? INFERD_GRAMMAR_JSON_SCHEMA : INFERD_GRAMMAR_NONE;
+    r.grammar.source = schema;
+    r.grammar.len = schema ? strlen(schema) : 0;
+    return inferd_submit(e, &r, id, err, 512);
+}
+
+TEST(a_resumed_request_goes_on_bitwise)
+{
+    char err[512];
+    uint64_t id;
+    for (int with_grammar = 0; with_grammar < 2; with_grammar++) {
+        const char *schema = with_grammar ? compile_src0 : NULL;
+        inferd_engine *e = engine();
+        EXPECT_EQ_INT(submit_resume(e, schema, NULL, 0, 120, &id, err), 0);
+        struct run whole;
+        drain(e, id, &whole);
+        inferd_engine_free(e);
+        EXPECT(whole.n >= 4);
+        int cuts[3] = {1, whole.n / 2, whole.n - 1};
+        for (int c = 0; c < 3; c++) {
+            int k = cuts[c];
+            e = engine();
+            EXPECT_EQ_INT(submit_resume(e, schema, whole.tokens, k, 120, &id, err), 0);
+            struct run rest;
+            drain(e, id, &rest);
+            inferd_engine_free(e);
+            EXPECT_EQ_INT(rest.finish, whole.finish);
+            EXPECT_EQ_INT(rest.n, whole.n - k);
+            for (int i = 0; i < rest.n && k + i < whole.n; i++) {
+                const struct inferd_event *a = &rest.ev[i], *b = &whole.ev[k + i];
+                EXPECT_EQ_INT(a->token, b->token);
+                EXPECT(memcmp(&a->logprob, &b->logprob, sizeof(float)) == 0);
+                EXPECT_EQ_INT(a->n_top, b->n_top);
+                EXPECT(memcmp(a->top, b->top, sizeof(a->top[0]) * (size_t)a->n_top) == 0);
+                EXPECT_EQ_INT(a->n_generated, b->n_generated); /* counts the resumed ones */
+            }
+        }
+    }
+    /* what a resume may not be */
+    inferd_engine *e = engine();
+    int32_t out[4] = {1, 2, 3, 4};
+    EXPECT_EQ_INT(submit_resume(e, NULL, out, 4, 4, &id, err), ERR_INVALID); /* all of max */
+    EXPECT(strstr(err, "n_output") != NULL);
+    int32_t brace = -1, tok[8];
+    /* a token the schema cannot start with: the first that is not '{' or space */
+    for (int32_t t = 0; t < 400 && brace < 0; t++) {
+        tok[0] = t;
+        if (submit_resume(e, compile_src0, tok, 1, 10, &id, err) == ERR_INVALID &&
+            strstr(err, "resumed output: token 0"))
+            brace = t;
+        else
+            inferd_cancel(e, id);
+    }
+    EXPECT(brace >= 0);
+    EXPECT(strstr(err, "is not allowed by the grammar") != NULL);
+    inferd_engine_free(e);
+}
+
 TEST_MAIN()
