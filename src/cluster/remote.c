@@ -463,9 +463,9 @@ static struct remote *remote_of(struct node_backend *b)
 }
 
 static void r_submit(struct node_backend *b, uint64_t tag, const struct inferd_request *q,
-                     int64_t ttl_s, const char *traceparent)
+                     int64_t ttl_s, const char *ttl_class, const char *traceparent)
 {
-    (void)ttl_s; /* workers keep no tiers yet */
+    (void)ttl_s; /* the workers have their own classes: the name goes */
     struct remote *r = remote_of(b);
     int pf = -1, k = route(r, q->n_prompt, &pf);
     if (k < 0) {
@@ -510,6 +510,7 @@ static void r_submit(struct node_backend *b, uint64_t tag, const struct inferd_r
     s->salt_len = (uint16_t)MIN(q->cache_salt_len, (size_t)CL_MAX_SALT);
     s->n_prompt = (uint32_t)MAX(q->n_prompt, 0);
     s->prompt = (int32_t *)q->prompt;
+    snprintf(s->ttl_class, sizeof(s->ttl_class), "%s", ttl_class ? ttl_class : "");
     if (pf >= 0) snprintf(s->kv_peer, sizeof(s->kv_peer), "%s", r->w[pf].addr);
     struct err_msg e = {{0}};
     buf_clear(&r->enc);

@@ -32,8 +32,11 @@
  * INFERD_FINISH_ERROR event (ERR_UNAVAILABLE). Counted in /metrics
  * (inferd_cluster_requests_moved_total, _lost_total).
  *
+ * A request's traffic class goes by name (SUBMIT TTL class): each worker
+ * has its own table (--kv-ttl).
+ *
  * Not yet: several gateways sharing request state, pause (a slow
- * client does not pause the worker: TCP flow control does), KV TTL classes.
+ * client does not pause the worker: TCP flow control does).
  */
 #ifndef INFERD_CLUSTER_REMOTE_H
 #define INFERD_CLUSTER_REMOTE_H

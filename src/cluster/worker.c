@@ -138,6 +138,7 @@ struct worker {
     char value[CL_MAX_NAME + 16]; /* "<role> <name>" announced */
     struct buf out;               /* encode scratch */
     struct peer *peers;           /* prefill workers pulled from */
+    struct kv_chain *chain;       /* KV tiers, or NULL */
     struct kv_counts kv;          /* transfer counters */
 };
 
@@ -145,6 +146,7 @@ void worker_config_default(struct worker_config *c)
 {
     *c = (struct worker_config){
         .host = "127.0.0.1", .role = CL_ROLE_MIXED, .max_conns = 256, .stats_ms = 250};
+    node_tiers_default(&c->kv);
 }
 
 static const char *role_name(int r)
@@ -325,6 +327,11 @@ static void on_submit(struct wconn *c, const struct cl_submit *s)
     req.sampling.n_logprobs = s->n_logprobs;
     req.sampling.logit_bias = bias;
     req.sampling.n_logit_bias = (int)s->n_logit_bias;
+    /* the TTL class by this worker's table (an unknown one: the default) */
+    int k = s->ttl_class[0]
+                ? kv_ttl_classes_find(&w->cfg->kv.ttl, s->ttl_class, strlen(s->ttl_class))
+                : -1;
+    int64_t ttl_s = k >= 0 ? w->cfg->kv.ttl.c[k].ttl_s : 0;
     uint64_t tag = ++w->next_tag;
     log_debug("worker: request %llu submitted: prompt=%u output=%u max_tokens=%u%s traceparent=%s",
               (unsigned long long)s->request, s->n_prompt, s->n_generated, s->max_tokens,
@@ -344,7 +351,7 @@ static void on_submit(struct wconn *c, const struct cl_submit *s)
         req.max_tokens = 1;
         req.n_output = 0;
         req.grammar = (struct inferd_grammar){0};
-        runner_submit_prefill(&w->runner, tag, &req, (int)s->kv_skip);
+        runner_submit_prefill(&w->runner, tag, &req, ttl_s, (int)s->kv_skip);
     } else if (s->kv_peer[0]) {
         /* the prefill worker's copy: the same request under our tag */
         struct cl_msg pm = {.type = CL_SUBMIT, .u.submit = *s};
@@ -360,9 +367,9 @@ static void on_submit(struct wconn *c, const struct cl_submit *s)
             log_error("worker: request %llu: %s", (unsigned long long)s->request, e.text);
             l->kv_peer[0] = 0;
         }
-        runner_submit_pull(&w->runner, tag, &req);
+        runner_submit_pull(&w->runner, tag, &req, ttl_s);
     } else {
-        runner_submit(&w->runner, tag, &req);
+        runner_submit_ttl(&w->runner, tag, &req, ttl_s);
     }
     free(bias);
 }
@@ -914,12 +921,24 @@ static int load(struct worker *w, const struct worker_config *cfg, struct err_ms
     if (cfg->max_seqs) ec.max_seqs = cfg->max_seqs;
     ec.kv_blocks = cfg->kv_blocks;
     if (cfg->max_queue) ec.max_waiting = cfg->max_queue;
+    bool tiers = !cfg->kv.off && cfg->kv.n > 0;
+    if (tiers) {
+        ec.kv_events = true; /* drained by the runner: write-through tiers */
+        if (node_tiers_write_back(&cfg->kv)) {
+            ec.kv_evict_hook = runner_kv_evict_hook;
+            ec.kv_evict_ctx = &w->runner;
+        }
+    }
     if ((rc = inferd_engine_new(w->model, &ec, &w->engine, err, sizeof(err))))
         return err_set(msg, rc, "engine: %s", err);
     inferd_engine_fingerprint(w->engine, w->me.fingerprint);
     w->me.block_tokens = (uint32_t)inferd_engine_block_tokens(w->engine);
     w->me.frame_bytes = (uint32_t)inferd_kv_frame_bytes(w->engine);
-    if ((rc = runner_start(&w->runner, w->engine, msg))) return rc;
+    if ((rc = node_tiers_open(&cfg->kv, NULL, w->engine, ec.max_ctx, &w->runner, &w->chain, msg)))
+        return rc;
+    if ((rc = runner_start_tiers(&w->runner, w->engine, w->chain,
+                                 cfg->kv.ttl.c[cfg->kv.ttl.dflt].ttl_s, msg)))
+        return rc;
     w->runner_on = true;
     return 0;
 }
@@ -1010,6 +1029,7 @@ out:
         free(p);
     }
     if (w.runner_on) runner_stop(&w.runner);
+    kv_chain_free(w.chain); /* after the runner: it used the chain to the end */
     for (size_t i = 0; i < w.tags.cap; i++) {
         if (!w.tags.slots[i].key) continue;
         struct live *l = w.tags.slots[i].val;

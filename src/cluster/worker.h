@@ -23,10 +23,14 @@
  * second SUBMIT of a live id), closes that connection with a logged reason
  * and an ERROR frame; nothing else is touched.
  *
- * Not yet: prefill and decode roles differ only in name (each worker runs
- * whole requests, as `mixed`); SUBMITs that resume (generated > 0) or that
- * stream their KV to a peer are refused with ERR_UNSUPPORTED; no KV tiers;
- * grammars compile on the runner thread at submit.
+ * Roles are the gateway's routing: any worker takes whole requests, pulls
+ * (a SUBMIT naming a KV peer: its prompt's blocks come from that prefill
+ * worker) and prefill-only requests (its blocks go back as KV_BLOCK
+ * frames); worker.c has the hand-off. A SUBMIT with generated > 0 resumes a
+ * request moved from a lost worker (inferd_request.n_output). KV tiers
+ * (--kv-tier, none by default) sit behind the pool as in `inferd serve`; a
+ * SUBMIT's TTL class is looked up in this worker's classes (an unknown one:
+ * the default). Grammars compile on the runner thread at submit.
  *
  * Mock mode (--mock): the model file is only named in HELLO, no engine
  * runs, and a SUBMIT is answered in the same loop turn; the gateway's own
@@ -37,6 +41,7 @@
 
 #include "base/err.h"
 #include "cluster/proto.h"
+#include "node/tiers.h"
 
 struct worker_config {
     const char *model_path; /* GGUF file (required) */
@@ -54,6 +59,9 @@ struct worker_config {
     int max_conns;          /* connections at once (default 256) */
     int stats_ms;           /* STATS frame period (default 250) */
     const char *redis;      /* announce this worker there (members.h; NULL: don't) */
+    struct node_tiers kv;   /* KV tiers behind the engine pool (none by default: give a
+                               shared one to every worker of a pool) and the traffic classes
+                               that a SUBMIT's TTL class names */
     bool mock;              /* no engine: every SUBMIT is answered at once with max_tokens
                                tokens (the prompt's, cycled) and LENGTH, for measuring what
                                a gateway costs on its own */

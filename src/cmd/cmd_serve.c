@@ -33,53 +33,6 @@ static int set_prefill_ratio(void *dst, const char *spelling, const char *val, s
     return 0;
 }
 
-/* --kv-tier SPEC, repeatable, in order; "none": no tiers at all. */
-static int add_tier(void *dst, const char *spelling, const char *val, struct err_msg *m)
-{
-    struct serve_config *c = dst;
-    (void)spelling;
-    if (!strcmp(val, "none")) {
-        c->kv_tiers_off = true;
-        return 0;
-    }
-    if (c->n_kv_tiers == KV_CHAIN_MAX_TIERS)
-        return err_set(m, ERR_INVALID, "--kv-tier: at most %d tiers", KV_CHAIN_MAX_TIERS);
-    return kv_tier_spec_parse(val, &c->kv_tiers[c->n_kv_tiers++], m);
-}
-
-/* --kv-evict / --kv-admit: policies of the RAM and disk tiers. */
-static int set_evict(void *dst, const char *spelling, const char *val, struct err_msg *m)
-{
-    (void)spelling;
-    if (kv_evict_policy_parse(val, &((struct serve_config *)dst)->kv_policy.evict))
-        return err_set(m, ERR_INVALID, "--kv-evict '%s': expected slru or lru", val);
-    return 0;
-}
-
-static int set_admit(void *dst, const char *spelling, const char *val, struct err_msg *m)
-{
-    (void)spelling;
-    struct serve_config *c = dst;
-    if (!strncmp(val, "prompt:", 7)) {
-        char *end;
-        long n = strtol(val + 7, &end, 10);
-        if (end == val + 7 || *end || n < 1 || n > 1 << 20)
-            return err_set(m, ERR_INVALID, "--kv-admit '%s': expected prompt:N, N >= 1 blocks",
-                           val);
-        c->kv_admit_prompt_blocks = (int)n;
-        return 0;
-    }
-    if (kv_admit_policy_parse(val, &c->kv_policy.admit))
-        return err_set(m, ERR_INVALID, "--kv-admit '%s': expected all, seen or prompt:N", val);
-    return 0;
-}
-
-static int set_ttl(void *dst, const char *spelling, const char *val, struct err_msg *m)
-{
-    (void)spelling;
-    return kv_ttl_classes_set(&((struct serve_config *)dst)->kv_ttl, val, m);
-}
-
 /* --kv-ttl-default [ENDPOINT=]CLASS: ENDPOINT one of chat, completions,
  * responses, messages; none: every endpoint. Classes are looked up after
  * all flags (a class may be defined by a later --kv-ttl). */
@@ -104,14 +57,14 @@ static int apply_ttl_defaults(struct serve_config *c, const struct ttl_default *
     for (int i = 0; i < d->n; i++) {
         const char *v = d->spec[i], *eq = strchr(v, '=');
         const char *cls = eq ? eq + 1 : v;
-        int k = kv_ttl_classes_find(&c->kv_ttl, cls, strlen(cls));
+        int k = kv_ttl_classes_find(&c->kv.ttl, cls, strlen(cls));
         if (k < 0)
             return err_set(m, ERR_INVALID,
                            "--kv-ttl-default '%s': no class '%s' (define it with "
                            "--kv-ttl %s=DURATION)",
                            v, cls, cls);
         if (!eq) {
-            c->kv_ttl.dflt = k;
+            c->kv.ttl.dflt = k;
             continue;
         }
         int e = -1;
@@ -223,25 +176,7 @@ static int serve_main(int argc, char **argv, bool gateway)
                     &c.api_key),
         CMD_OPT_STR("port-file", 0, "FILE", "write the bound port there once listening",
                     &c.port_file),
-        CMD_OPT_CALL("kv-tier", 0, "SPEC",
-                     "a KV tier behind the engine pool, repeatable, fastest\n"
-                     "first: ram:SIZE, disk:DIR[:SIZE], shared:DIR:SIZE,\n"
-                     "redis://HOST:PORT[/DB], redis+unix:///PATH; none: no\n"
-                     "tiers (default: disk:DATA-DIR/kv, sized to fit)",
-                     add_tier, &c),
-        CMD_OPT_CALL("kv-evict", 0, "POLICY",
-                     "eviction in the RAM and disk tiers: slru (default:\n"
-                     "blocks used twice outlive one-off ones) or lru",
-                     set_evict, &c),
-        CMD_OPT_CALL("kv-admit", 0, "POLICY",
-                     "which blocks the slower tiers take: all (default),\n"
-                     "seen (a block offered before), prompt:N (blocks of\n"
-                     "prompts of N blocks or more); repeatable",
-                     set_admit, &c),
-        CMD_OPT_CALL("kv-ttl", 0, "CLASS=DUR",
-                     "time to live of a traffic class's KV blocks\n"
-                     "(defaults agent=3d, chat=7d; units s, m, h, d)",
-                     set_ttl, &c),
+        CMD_OPT_KV_TIERS(c.kv, "disk:DATA-DIR/kv, sized to fit"),
         CMD_OPT_CALL("kv-ttl-default", 0, "[ENDPOINT=]CLASS",
                      "class of requests that name none (default chat);\n"
                      "ENDPOINT: chat, completions, responses, messages",

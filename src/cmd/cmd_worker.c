@@ -11,6 +11,7 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "cluster/worker.h"
+#include "node/tiers.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,7 @@ int cmd_worker(int argc, char **argv)
                     1 << 20),
         CMD_OPT_INT("stats-ms", 0, "MS", "STATS frame period to each peer (default 250)",
                     &c.stats_ms, 10, 60000),
+        CMD_OPT_KV_TIERS(c.kv, "none"),
         CMD_OPT_STR("port-file", 0, "FILE", "write the bound port there once listening",
                     &c.port_file),
         CMD_OPT_STR("redis", 0, "URL",

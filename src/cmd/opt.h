@@ -119,6 +119,30 @@ struct cmd_choice {
         CMD_OPT_INT("max-seqs", 0, "N", "sequences decoding at once (default 64)",                 \
                     &(cfg).max_seqs, 1, 4096)
 
+/* The KV tier options serve and worker share, into t (a struct
+ * node_tiers, node/tiers.h): --kv-tier, --kv-evict, --kv-admit, --kv-ttl.
+ * dflt: what --kv-tier defaults to, in words. */
+#define CMD_OPT_KV_TIERS(t, dflt)                                                                  \
+    CMD_OPT_CALL("kv-tier", 0, "SPEC",                                                             \
+                 "a KV tier behind the engine pool, repeatable, fastest\n"                         \
+                 "first: ram:SIZE, disk:DIR[:SIZE], shared:DIR:SIZE,\n"                            \
+                 "redis://HOST:PORT[/DB], redis+unix:///PATH; none: no\n"                          \
+                 "tiers (default: " dflt ")",                                                      \
+                 node_tiers_add, &(t)),                                                            \
+        CMD_OPT_CALL("kv-evict", 0, "POLICY",                                                      \
+                     "eviction in the RAM and disk tiers: slru (default:\n"                        \
+                     "blocks used twice outlive one-off ones) or lru",                             \
+                     node_tiers_set_evict, &(t)),                                                  \
+        CMD_OPT_CALL("kv-admit", 0, "POLICY",                                                      \
+                     "which blocks the slower tiers take: all (default),\n"                        \
+                     "seen (a block offered before), prompt:N (blocks of\n"                        \
+                     "prompts of N blocks or more); repeatable",                                   \
+                     node_tiers_set_admit, &(t)),                                                  \
+        CMD_OPT_CALL("kv-ttl", 0, "CLASS=DUR",                                                     \
+                     "time to live of a traffic class's KV blocks\n"                               \
+                     "(defaults agent=3d, chat=7d; units s, m, h, d)",                             \
+                     node_tiers_set_ttl, &(t))
+
 /* HOST:PORT (port 0-65535) from val into host (cap bytes) and *port, for
  * a --listen setter; ERR_INVALID with a message that begins with spelling. */
 int cmd_parse_host_port(const char *spelling, const char *val, char *host, size_t cap, int *port,

@@ -17,11 +17,13 @@
 struct node_backend;
 
 struct node_backend_ops {
-    /* Queues req (copied) under tag; its blocks live ttl_s (0: the default).
-     * traceparent: the request's W3C trace context ("00-<trace>-<span>-01"),
-     * carried to a remote engine and into its logs. */
+    /* Queues req (copied) under tag; its blocks live ttl_s (0: the default),
+     * the TTL of the traffic class named ttl_class ("" none; a remote engine
+     * looks the name up in its own table). traceparent: the request's W3C
+     * trace context ("00-<trace>-<span>-01"), carried to a remote engine and
+     * into its logs. */
     void (*submit)(struct node_backend *b, uint64_t tag, const struct inferd_request *req,
-                   int64_t ttl_s, const char *traceparent);
+                   int64_t ttl_s, const char *ttl_class, const char *traceparent);
     void (*cancel)(struct node_backend *b, uint64_t tag);
     /* Pauses or resumes a tag's request (a backend that cannot: ignored). */
     void (*pause)(struct node_backend *b, uint64_t tag, bool paused);

@@ -155,7 +155,10 @@ static void apply(struct runner *r, struct thread_state *t, struct runner_cmd *c
                 int rc = lv->held
                              ? inferd_kv_import(r->engine, c->frame, c->frame_len, err, sizeof(err))
                              : 0;
-                if (rc) log_warn("kv transfer: a block not imported (it is computed): %s", err);
+                if (rc)
+                    log_warn("kv transfer: a block not imported (it is computed): %s", err);
+                else if (lv->held && r->kv.chain) /* its prefill worker stored it already */
+                    u64map_put(&t->imported, fold_id(c->frame + 24), (void *)1);
             } else if (c->kind == CMD_RELEASE) {
                 if (lv->held) inferd_kv_release_hold(r->engine, lv->id);
                 lv->held = false;
@@ -168,7 +171,8 @@ static void apply(struct runner *r, struct thread_state *t, struct runner_cmd *c
     uint64_t id;
     char err[256] = "";
     int from = 0, to = 0;
-    struct kv_owner *own = r->kv.chain && c->mode == SUBMIT_PLAIN && c->req.n_prompt > 0
+    /* a pull takes its blocks from the prefill worker, which has tiers of its own */
+    struct kv_owner *own = r->kv.chain && c->mode != SUBMIT_PULL && c->req.n_prompt > 0
                                ? kv_prepare(r, c, &from, &to)
                                : NULL;
     struct kv_stream *st = NULL;
@@ -600,14 +604,15 @@ void runner_submit_ttl(struct runner *r, uint64_t tag, const struct inferd_reque
 }
 
 void runner_submit_prefill(struct runner *r, uint64_t tag, const struct inferd_request *req,
-                           int kv_skip)
+                           int64_t ttl_s, int kv_skip)
 {
-    submit_cmd(r, tag, req, 0, SUBMIT_PREFILL, kv_skip);
+    submit_cmd(r, tag, req, ttl_s, SUBMIT_PREFILL, kv_skip);
 }
 
-void runner_submit_pull(struct runner *r, uint64_t tag, const struct inferd_request *req)
+void runner_submit_pull(struct runner *r, uint64_t tag, const struct inferd_request *req,
+                        int64_t ttl_s)
 {
-    submit_cmd(r, tag, req, 0, SUBMIT_PULL, 0);
+    submit_cmd(r, tag, req, ttl_s, SUBMIT_PULL, 0);
 }
 
 void runner_kv_import(struct runner *r, uint64_t tag, void *blob, const uint8_t *frame, size_t len)

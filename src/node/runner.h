@@ -142,14 +142,17 @@ void runner_submit_ttl(struct runner *r, uint64_t tag, const struct inferd_reque
  * computes as usual, and each full block of its prompt but the one holding
  * the last token, from block kv_skip on, comes out as a RUNNER_MSG_KV_BLOCK
  * message once it is in the pool; all of them before the request's final
- * event. Blocks the pool held already come out after its first step. */
+ * event. Blocks the pool held already come out after its first step; with
+ * tiers, blocks they hold are loaded first, as for any request. ttl_s: as
+ * runner_submit_ttl. */
 void runner_submit_prefill(struct runner *r, uint64_t tag, const struct inferd_request *req,
-                           int kv_skip);
+                           int64_t ttl_s, int kv_skip);
 /* Submits req to take its prompt's blocks from another engine: when the
  * pool lacks some of those admission would attach, the request is queued
  * held and a RUNNER_MSG_KV_PULL message (kv_index: leading blocks held)
  * asks for the rest; else it runs at once and no KV_PULL comes. */
-void runner_submit_pull(struct runner *r, uint64_t tag, const struct inferd_request *req);
+void runner_submit_pull(struct runner *r, uint64_t tag, const struct inferd_request *req,
+                        int64_t ttl_s);
 /* Imports a frame (frame[0..len), inside blob, a malloc'd buffer the runner
  * frees) for a held pull request; a bad frame is logged and skipped (its
  * block and those after it are computed). Unknown or released tags: the

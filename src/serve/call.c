@@ -446,7 +446,7 @@ static void start_generation(struct server *s, struct call *c)
         q.grammar.compiled = p->grammar; /* the engine takes its own reference */
         char tp[64];
         snprintf(tp, sizeof(tp), "00-%s-%016llx-01", c->trace_id, (unsigned long long)g->tag);
-        s->be->ops->submit(s->be, g->tag, &q, p->kv_ttl_s, tp);
+        s->be->ops->submit(s->be, g->tag, &q, p->kv_ttl_s, p->kv_ttl_class, tp);
     }
     flush(c);
 }

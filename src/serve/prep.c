@@ -217,7 +217,7 @@ static int compile_grammar(struct server *s, struct call *c, struct err_msg *msg
 /* The request's traffic class -> its blocks' time to live. */
 static int ttl_class(struct server *s, struct call *c, struct err_msg *msg)
 {
-    const struct kv_ttl_classes *t = &s->cfg->kv_ttl;
+    const struct kv_ttl_classes *t = &s->cfg->kv.ttl;
     int k = -1;
     if (c->r.cache_ttl_class[0]) {
         k = kv_ttl_classes_find(t, c->r.cache_ttl_class, strlen(c->r.cache_ttl_class));
@@ -236,6 +236,7 @@ static int ttl_class(struct server *s, struct call *c, struct err_msg *msg)
         if (k < 0) k = t->dflt;
     }
     c->prep.kv_ttl_s = t->c[k].ttl_s;
+    snprintf(c->prep.kv_ttl_class, sizeof(c->prep.kv_ttl_class), "%s", t->c[k].name);
     return 0;
 }
 

@@ -15,6 +15,7 @@
 #include "inferd/inferd.h"
 #include "kv/chain.h"
 #include "kv/spec.h"
+#include "node/tiers.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -59,15 +60,10 @@ struct serve_config {
     size_t store_max_bytes;      /* the most one stored response (with its conversation) takes */
     int shutdown_timeout_s;      /* grace for in-flight requests on SIGINT/SIGTERM */
     const char *port_file;       /* write the bound port here once listening (tests) */
-    /* KV tiers behind the engine pool (kv/spec.h), fastest first; none given:
-     * a disk tier in data_dir/kv sized to fit the disk; kv_tiers_off: none */
-    struct kv_tier_spec kv_tiers[KV_CHAIN_MAX_TIERS];
-    int n_kv_tiers;                  /* entries of kv_tiers */
-    bool kv_tiers_off;               /* --kv-tier none */
-    struct kv_tier_policy kv_policy; /* RAM and disk tiers: eviction, admission */
-    int kv_admit_prompt_blocks;      /* tiers but RAM: only blocks of prompts this long */
-    struct kv_ttl_classes kv_ttl;    /* traffic classes and their TTLs */
-    int kv_ttl_endpoint[4]; /* per api_kind: class of requests naming none (-1: kv_ttl.dflt) */
+    /* KV tiers behind the engine pool and the traffic classes (node/tiers.h);
+     * none listed: a disk tier in data_dir/kv sized to fit the disk */
+    struct node_tiers kv;
+    int kv_ttl_endpoint[4]; /* per api_kind: class of requests naming none (-1: kv.ttl.dflt) */
 };
 
 void serve_config_default(struct serve_config *c);

@@ -163,7 +163,7 @@ void serve_config_default(struct serve_config *c)
     c->store_ttl_s = 30 * 24 * 3600;
     c->store_max_bytes = 16u << 20;
     c->shutdown_timeout_s = 30;
-    kv_ttl_classes_default(&c->kv_ttl);
+    node_tiers_default(&c->kv);
     for (int i = 0; i < 4; i++)
         c->kv_ttl_endpoint[i] = -1;
 }
@@ -184,63 +184,13 @@ static int default_tier(const struct serve_config *cfg, struct kv_tier_spec *t, 
     return 0;
 }
 
-/* Opens the tiers the flags name (or the default one) into a chain. A tier
- * named by a flag that cannot open is an error; the default one that cannot
- * is a warning and no tier. */
 static int open_tiers(struct server *s, const struct serve_config *cfg, struct err_msg *msg)
 {
     struct kv_tier_spec dflt;
-    const struct kv_tier_spec *specs = cfg->kv_tiers;
-    int n = cfg->n_kv_tiers;
-    bool is_default = n == 0;
-    if (cfg->kv_tiers_off || !inferd_kv_frame_bytes(s->engine)) return 0;
-    if (is_default) {
-        int rc = default_tier(cfg, &dflt, msg);
-        if (rc) return rc;
-        specs = &dflt;
-        n = 1;
-    }
-    struct kv_frame_layout l;
-    inferd_kv_frame_layout(s->engine, l.fingerprint, &l.n_layer, &l.layer_bytes);
-    /* staging for the longest prompt a request can bring */
-    size_t blocks = (size_t)(s->max_ctx + inferd_engine_block_tokens(s->engine) - 1) /
-                    (size_t)inferd_engine_block_tokens(s->engine);
-    struct kv_chain_opts o = {.wake = runner_kv_wake,
-                              .wake_ctx = &s->runner,
-                              .staging_bytes = blocks * kv_frame_bytes(&l)};
-    int rc = kv_chain_new(&l, &o, &s->kv_chain, msg);
-    if (rc) return rc;
-    for (int i = 0; i < n; i++) {
-        struct kv_tier *t;
-        struct kv_tier_spec sp = specs[i];
-        sp.policy = cfg->kv_policy;
-        if ((rc = kv_tier_open(&sp, &l, kv_chain_now(s->kv_chain), &t, msg))) {
-            if (!is_default) return rc;
-            log_warn("kv tiers: the default disk tier is off: %s", msg->text);
-            kv_chain_free(s->kv_chain);
-            s->kv_chain = NULL;
-            msg->text[0] = 0;
-            return 0;
-        }
-        bool ram = specs[i].kind == KV_TIER_RAM;
-        struct kv_chain_tier_cfg tc = {.write = ram ? KV_WRITE_BACK : KV_WRITE_THROUGH,
-                                       .min_prompt_blocks = ram ? 0 : cfg->kv_admit_prompt_blocks};
-        if ((rc = kv_chain_add(s->kv_chain, t, &tc, msg))) return rc;
-        bool indexed = ram || specs[i].kind == KV_TIER_DISK;
-        log_info("kv tier %d: %s %s (%.1f GiB, %s%s%s%s%s)", i + 1, t->name,
-                 ram ? "in memory" : specs[i].path, (double)specs[i].bytes / (double)(1ull << 30),
-                 tc.write == KV_WRITE_BACK ? "write-back" : "write-through",
-                 indexed ? ", evict " : "", indexed ? kv_evict_policy_name(sp.policy.evict) : "",
-                 indexed ? ", admit " : "", indexed ? kv_admit_policy_name(sp.policy.admit) : "");
-    }
-    return 0;
-}
-
-static bool wants_write_back(const struct serve_config *cfg)
-{
-    for (int i = 0; i < cfg->n_kv_tiers; i++)
-        if (cfg->kv_tiers[i].kind == KV_TIER_RAM) return true;
-    return false;
+    int rc = 0;
+    if (!cfg->kv.off && cfg->kv.n == 0 && (rc = default_tier(cfg, &dflt, msg))) return rc;
+    return node_tiers_open(&cfg->kv, cfg->kv.n ? NULL : &dflt, s->engine, s->max_ctx, &s->runner,
+                           &s->kv_chain, msg);
 }
 
 static int make_demo(const struct serve_config *cfg, char *path, size_t n, struct err_msg *msg)
@@ -387,9 +337,9 @@ static int load(struct server *s, const struct serve_config *cfg, struct err_msg
     ec.token_budget = cfg->token_budget;
     ec.prefill_step_ratio = cfg->prefill_step_ratio;
     ec.max_waiting = cfg->max_queue;
-    if (!cfg->kv_tiers_off) {
+    if (!cfg->kv.off) {
         ec.kv_events = true; /* drained by the runner: write-through tiers */
-        if (wants_write_back(cfg)) {
+        if (node_tiers_write_back(&cfg->kv)) {
             ec.kv_evict_hook = runner_kv_evict_hook;
             ec.kv_evict_ctx = &s->runner;
         }
@@ -403,7 +353,7 @@ static int load(struct server *s, const struct serve_config *cfg, struct err_msg
     if ((rc = load_rest(s, cfg, msg))) return rc;
     /* the default class's TTL for blocks no live request names */
     if ((rc = runner_start_tiers(&s->runner, s->engine, s->kv_chain,
-                                 cfg->kv_ttl.c[cfg->kv_ttl.dflt].ttl_s, msg)))
+                                 cfg->kv.ttl.c[cfg->kv.ttl.dflt].ttl_s, msg)))
         return rc;
     node_backend_local(&s->local, &s->runner);
     s->be = &s->local.base;

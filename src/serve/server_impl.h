@@ -68,6 +68,7 @@ struct gen {
 struct call_prep {
     int rc;                           /* 0, or the error to answer */
     int64_t kv_ttl_s;                 /* the request's traffic class: its blocks' time to live */
+    char kv_ttl_class[32];            /* and its name (for workers, which have their own table) */
     struct err_msg msg;               /* the error's message */
     struct i32vec *prompt_ids;        /* (n_prompts) tokenized prompts */
     int n_prompts;                    /* entries of prompt_ids */

@@ -6,7 +6,9 @@
 # goes on with no token missing or repeated and equals the uninterrupted
 # run bitwise (seeded sampling with penalties; JSON-schema output). With no
 # worker left to move to, the stream ends with a clear error, counted. A
-# gateway killed mid-stream loses only its own streams.
+# gateway killed mid-stream loses only its own streams. The workers share a
+# KV tier (a directory): a moved request's new worker takes from it the KV
+# its old one wrote.
 source "$(dirname "$0")/../lib.sh"
 m=$(model q05-2l-q8_0-mig --preset qwen2.5-0.5b --layers 2 --type q8_0)
 scratch migrate
@@ -16,7 +18,8 @@ worker() {
     local name=$1 listen=${2:-127.0.0.1:0}
     rm -f "$work/$name.port"
     "$INFERD_BIN" worker -m "$m" --listen "$listen" --port-file "$work/$name.port" \
-        --threads 1 --ctx 1024 --name "$name" -v >>"$work/$name.log" 2>&1 &
+        --threads 1 --ctx 1024 --name "$name" --kv-tier "shared:$work/kv:256MiB" -v \
+        >>"$work/$name.log" 2>&1 &
     pid=$!
     pids+=("$pid")
     wait_port "$pid" "$work/$name.port" "$work/$name.log"
@@ -129,6 +132,13 @@ if grep -q 'submitted: prompt=[0-9]* output=[1-9]' "$work"/w[ab].log; then
     ok "migrate: the new worker got the prompt + the streamed tokens as its prompt"
 else
     fail "migrate: no resumed submit in the workers' logs"
+fi
+# the new worker read the prompt's and the streamed tokens' KV from the
+# tier both share (the killed one wrote it as its blocks filled)
+if grep -q 'kv tiers: request [0-9]*: \([3-9]\|[1-9][0-9]\+\) of [0-9]* blocks loaded' "$work"/w[ab].log; then
+    ok "migrate: the new worker loaded the moved request's KV from the shared tier: $(grep -ho '\([3-9]\|[1-9][0-9]\+\) of [0-9]* blocks loaded' "$work"/w[ab].log | head -1)"
+else
+    fail "migrate: no shared-tier load on the new worker: $(grep -h 'kv tier' "$work"/w[ab].log | tail -3)"
 fi
 # the killed worker back on its port
 if [ "$victim" = wa ]; then worker wa "127.0.0.1:$wa_port"; wa_pid=$pid; else worker wb "127.0.0.1:$wb_port"; wb_pid=$pid; fi
