@@ -315,7 +315,7 @@ static void on_frame(struct rworker *w, const struct cl_msg *m)
     case CL_TOKEN:
         on_token(w, &m->u.token);
         return;
-    case CL_ERROR:
+    case CL_ERROR: {
         struct rreq *q = m->u.error.request ? u64map_get(&r->tags, m->u.error.request) : NULL;
         if (q && q->w == w) {
             ended(r, m->u.error.request, q);
@@ -324,6 +324,7 @@ static void on_frame(struct rworker *w, const struct cl_msg *m)
             log_warn("remote: worker %s says: %s", w->addr, m->u.error.message);
         }
         return;
+    }
     case CL_PING: {
         struct cl_msg pong = {.type = CL_PONG, .u.nonce = m->u.nonce};
         send_msg(w, &pong);
