@@ -17,7 +17,8 @@
  * the workers it knows while Redis is away (members_list says it could not
  * look).
  *
- * URLs: redis://HOST:PORT or unix:/ABSOLUTE/PATH. Thread: one at a time
+ * The connection is a kv/redis_link.h link (URLs: redis://HOST:PORT[/DB],
+ * unix:/ABSOLUTE/PATH, redis+unix:///ABSOLUTE/PATH). Thread: one at a time
  * (the event-loop thread that owns it); the calls block for at most the
  * timeouts above.
  */

@@ -35,8 +35,9 @@
  * A request's traffic class goes by name (SUBMIT TTL class): each worker
  * has its own table (--kv-ttl).
  *
- * Not yet: several gateways sharing request state, pause (a slow
- * client does not pause the worker: TCP flow control does).
+ * Each gateway keeps its own requests (several share stored responses
+ * through Redis, serve/store.h). Not done: pause (a slow client does not
+ * pause the worker: TCP flow control does).
  */
 #ifndef INFERD_CLUSTER_REMOTE_H
 #define INFERD_CLUSTER_REMOTE_H

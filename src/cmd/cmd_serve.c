@@ -14,6 +14,7 @@
 #include "cluster/members.h"
 #include "cluster/remote.h"
 #include "serve/serve.h"
+#include "serve/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +163,11 @@ static int serve_main(int argc, char **argv, bool gateway)
         CMD_OPT_INT("prep-threads", 0, "N",
                     "request preparation threads: decoding, templates,\ntokenizing (default 2)",
                     &c.prep_threads, 1, 256),
+        CMD_OPT_STR("store", 0, "URL",
+                    "where stored responses live: redis://HOST:PORT[/DB]\n"
+                    "or unix:/PATH, one every gateway behind a load\n"
+                    "balancer shares (default: DATA-DIR/responses.db)",
+                    &c.store_url),
         CMD_OPT_INT("store-ttl", 0, "S",
                     "stored responses expire after S seconds (default\n30 days; 0: never)",
                     &c.store_ttl_s, 0, 1L << 40),
@@ -222,6 +228,12 @@ static int serve_main(int argc, char **argv, bool gateway)
         return CMD_EXIT_USAGE;
     }
     members_close(probe);
+    struct store *store_probe = NULL;
+    if (c.store_url && store_open_redis(c.store_url, 0, 0, &store_probe, &msg)) {
+        fprintf(stderr, "inferd %s: %s\n", self, msg.text);
+        return CMD_EXIT_USAGE;
+    }
+    store_close(store_probe);
     if (gateway && c.workers && remote_check_list(c.workers, &msg)) {
         fprintf(stderr, "inferd gateway: %s\n", msg.text);
         return CMD_EXIT_USAGE;

@@ -56,6 +56,8 @@ struct serve_config {
     const char *cors_origins;    /* comma-separated web origins allowed besides the server's own
                                     ("*": any), or NULL */
     int prep_threads;            /* request preparation threads (0: 2) */
+    const char *store_url;       /* stored responses in this Redis (serve/store.h; NULL: SQLite
+                                    in data_dir) */
     int64_t store_ttl_s;         /* stored responses expire after this (0: never) */
     size_t store_max_bytes;      /* the most one stored response (with its conversation) takes */
     int shutdown_timeout_s;      /* grace for in-flight requests on SIGINT/SIGTERM */

@@ -272,7 +272,10 @@ static void prompt_bound(struct server *s)
 static int load_rest(struct server *s, const struct serve_config *cfg, struct err_msg *msg)
 {
     int rc;
-    if ((rc = store_open(cfg->data_dir, cfg->store_ttl_s, cfg->store_max_bytes, &s->store, msg)))
+    if ((rc = cfg->store_url ? store_open_redis(cfg->store_url, cfg->store_ttl_s,
+                                                cfg->store_max_bytes, &s->store, msg)
+                             : store_open(cfg->data_dir, cfg->store_ttl_s, cfg->store_max_bytes,
+                                          &s->store, msg)))
         return rc;
     if ((rc = jobq_start(&s->prep, cfg->prep_threads > 0 ? cfg->prep_threads : 2, 5, msg)))
         return rc;

@@ -1,5 +1,6 @@
 /*
- * store.h - stored Responses API objects in SQLite (<data dir>/responses.db).
+ * store.h - stored Responses API objects in SQLite (<data dir>/responses.db),
+ * or in Redis, where every gateway behind one load balancer finds them.
  *
  * One table: id -> the response JSON as returned to the client, plus the
  * conversation so far (messages ending with this response's answer), which
@@ -9,6 +10,14 @@
  * it, and store_purge deletes it (the server runs it periodically). Rows
  * are written with synchronous=FULL: when store_put returns 0 the row is
  * durable.
+ *
+ * Redis (store_open_redis): one key per response, inferd:responses:<id>,
+ * holding both texts in one value written by one SET with the TTL as its
+ * expiry (so a response is never half there, and Redis drops expired ones:
+ * store_purge has nothing to do). Durable as the Redis server is
+ * configured to be (appendonly yes, appendfsync always: like SQLite's
+ * FULL). Redis away: operations fail with ERR_UNAVAILABLE, and the link
+ * reconnects with a backoff (kv/redis_link.h).
  *
  * Thread: any thread; operations are serialized by the store's mutex.
  * Calls block (an fsync per write): the server runs them on its store
@@ -30,6 +39,10 @@ struct store;
  * conversation may take (0: no limit). */
 int store_open(const char *dir, int64_t ttl_s, size_t max_bytes, struct store **out,
                struct err_msg *msg);
+/* The same in the Redis at url (redis://HOST:PORT[/DB], unix:/PATH); the
+ * server need not be up yet. ERR_INVALID for a malformed url. */
+int store_open_redis(const char *url, int64_t ttl_s, size_t max_bytes, struct store **out,
+                     struct err_msg *msg);
 /* Closes the database cleanly (checkpoints the WAL). NULL is a no-op. */
 void store_close(struct store *s);
 /* ERR_TOO_LARGE beyond max_bytes (nothing is written). */
