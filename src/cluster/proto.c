@@ -188,6 +188,7 @@ static void dec_hello(struct rd *r, struct cl_hello *h)
     h->block_tokens = (uint32_t)rd_uint(r, 4, "block tokens");
     h->frame_bytes = (uint32_t)rd_uint(r, 4, "frame bytes");
     if (!r->rc && h->frame_bytes > CL_MAX_PAYLOAD) fail(r, "frame bytes", "beyond a payload");
+    h->max_ctx = (uint32_t)rd_uint(r, 4, "context length");
     rd_str(r, 2, CL_MAX_NAME, h->name, NULL, "name");
     rd_str(r, 2, CL_MAX_NAME, h->model, NULL, "model");
 }
@@ -517,6 +518,7 @@ int cl_encode(const struct cl_msg *m, struct buf *out, struct err_msg *msg)
         buf_append(out, h->fingerprint, 16);
         put_le(out, h->block_tokens, 4);
         put_le(out, h->frame_bytes, 4);
+        put_le(out, h->max_ctx, 4);
         put_str(out, h->name, strlen(h->name), 2);
         put_str(out, h->model, strlen(h->model), 2);
         break;

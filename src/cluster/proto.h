@@ -18,7 +18,7 @@
  * bound each):
  *
  *   HELLO     u8 role, u8[16] engine fingerprint, u32 block tokens, u32 KV
- *             frame bytes, str16 name, str16 model
+ *             frame bytes, u32 context length, str16 name, str16 model
  *   SUBMIT    u64 request, str16 traceparent, i32 priority, u32 max tokens,
  *             u8 flags (1 ignore_eos, 2 logprobs), u8 top logprobs,
  *             f32 temperature, i32 top_k, f32 top_p, f32 min_p,
@@ -114,6 +114,7 @@ struct cl_hello {
     uint8_t fingerprint[16];     /* inferd_engine_fingerprint (zero from a gateway) */
     uint32_t block_tokens;       /* KV block size in tokens (0 from a gateway) */
     uint32_t frame_bytes;        /* KV block frame bytes (0 from a gateway) */
+    uint32_t max_ctx;            /* tokens per request, prompt + output (0 from a gateway) */
     char name[CL_MAX_NAME + 1];  /* the sender's name for logs */
     char model[CL_MAX_NAME + 1]; /* the model it serves ("" from a gateway) */
 };

@@ -58,6 +58,7 @@ struct remote {
     struct event *tick; /* reconnects, silence checks */
     struct u64map tags; /* tag -> struct rreq */
     int local_prefill;  /* remote_route's bound */
+    int max_ctx;        /* the gateway's context length (prompts are bounded by it) */
     uint64_t n_resumed; /* requests moved to another worker */
     uint64_t n_lost;    /* requests ended by a lost worker (none to move to, or too often) */
     struct runner_msg *out;
@@ -303,6 +304,10 @@ static void on_frame(struct rworker *w, const struct cl_msg *m)
         w->hello = true;
         w->logged_down = false;
         w->role = m->u.hello.role;
+        if (m->u.hello.max_ctx && (int64_t)m->u.hello.max_ctx < r->max_ctx)
+            log_warn("remote: worker %s serves a context of %u tokens, this gateway bounds "
+                     "requests by %d: longer ones fail on it (give the gateway --ctx %u)",
+                     w->addr, m->u.hello.max_ctx, r->max_ctx, m->u.hello.max_ctx);
         snprintf(w->name, sizeof(w->name), "%s", m->u.hello.name);
         log_info("remote: worker %s (%s, %s) in rotation", w->addr, w->name,
                  w->role == CL_ROLE_PREFILL  ? "prefill"
@@ -697,6 +702,11 @@ struct node_backend *remote_backend(struct remote *r)
 void remote_set_local_prefill(struct remote *r, int n_tokens)
 {
     r->local_prefill = n_tokens;
+}
+
+void remote_set_max_ctx(struct remote *r, int max_ctx)
+{
+    r->max_ctx = max_ctx;
 }
 
 void remote_render_metrics(const struct remote *r, struct buf *out)

@@ -85,6 +85,10 @@ int remote_check_list(const char *list, struct err_msg *msg);
 struct node_backend *remote_backend(struct remote *r);
 /* The local-prefill bound of remote_route (default 256 tokens). */
 void remote_set_local_prefill(struct remote *r, int n_tokens);
+/* The gateway's context length: a worker whose HELLO says less is logged
+ * (it stays in rotation; requests beyond its context fail there, with the
+ * engine's error). */
+void remote_set_max_ctx(struct remote *r, int max_ctx);
 /* Prometheus text of the pools (prefill, decode, mixed: the workers of a
  * role) appended to out: workers in rotation, running, waiting, KV blocks
  * used and total, prefix-cache hit ratio, and the KV transfer counters. */

@@ -934,6 +934,7 @@ static int load(struct worker *w, const struct worker_config *cfg, struct err_ms
     inferd_engine_fingerprint(w->engine, w->me.fingerprint);
     w->me.block_tokens = (uint32_t)inferd_engine_block_tokens(w->engine);
     w->me.frame_bytes = (uint32_t)inferd_kv_frame_bytes(w->engine);
+    w->me.max_ctx = (uint32_t)ec.max_ctx;
     if ((rc = node_tiers_open(&cfg->kv, NULL, w->engine, ec.max_ctx, &w->runner, &w->chain, msg)))
         return rc;
     if ((rc = runner_start_tiers(&w->runner, w->engine, w->chain,

@@ -424,6 +424,7 @@ int serve_run(const struct serve_config *cfg, struct err_msg *msg)
                              &s.remote, msg)))
             goto out;
         remote_set_local_prefill(s.remote, cfg->local_prefill);
+        remote_set_max_ctx(s.remote, s.max_ctx);
         s.be = remote_backend(s.remote);
     }
     struct http_config hc;

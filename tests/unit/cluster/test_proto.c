@@ -111,6 +111,7 @@ TEST(every_other_type_round_trips)
         m.u.hello.fingerprint[i] = (uint8_t)(i * 3);
     m.u.hello.block_tokens = 16;
     m.u.hello.frame_bytes = 196664;
+    m.u.hello.max_ctx = 4096;
     snprintf(m.u.hello.name, sizeof(m.u.hello.name), "decode-1");
     snprintf(m.u.hello.model, sizeof(m.u.hello.model), "qwen2.5-0.5b");
     EXPECT(round_trip(&m, &d));
