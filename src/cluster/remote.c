@@ -172,7 +172,7 @@ static bool move(struct remote *r, uint64_t tag, struct rreq *q)
     bool ok = false;
     if ((uint32_t)q->n_out < s->max_tokens && s->n_prompt + (uint32_t)q->n_out <= CL_MAX_PROMPT) {
         s->prompt = xrealloc(s->prompt, sizeof(int32_t) * (s->n_prompt + (size_t)q->n_out));
-        memcpy(s->prompt + s->n_prompt, q->out, sizeof(int32_t) * (size_t)q->n_out);
+        if (q->n_out) memcpy(s->prompt + s->n_prompt, q->out, sizeof(int32_t) * (size_t)q->n_out);
         s->n_prompt += (uint32_t)q->n_out;
         s->n_generated = (uint32_t)q->n_out;
         int pf = -1, k = route(r, (int)s->n_prompt, &pf);

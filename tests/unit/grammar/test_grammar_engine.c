@@ -460,7 +460,7 @@ static int submit_resume(inferd_engine *e, const char *schema, const int32_t *ou
                          int max_tokens, uint64_t *id, char *err)
 {
     int32_t prompt[3 + 512] = {11, 22, 33};
-    memcpy(prompt + 3, out, sizeof(int32_t) * (size_t)k);
+    if (k) memcpy(prompt + 3, out, sizeof(int32_t) * (size_t)k);
     struct inferd_request r = {
         .prompt = prompt, .n_prompt = 3 + k, .max_tokens = max_tokens, .n_output = k};
     inferd_sampling_default(&r.sampling);
