@@ -28,9 +28,10 @@
  *             in inferd_grammar_limits], str32 grammar source,
  *             str16 cache salt, str16 TTL class, u32 n + n x i32 prompt,
  *             u32 generated (the prompt's last tokens that are output
- *             already: a resumed request), str16 KV peer ("HOST:PORT" of
- *             the prefill worker the prompt's KV blocks come from; empty:
- *             none), u32 KV skip (prefill-only: the leading blocks the
+ *             already: a resumed request), str16 KV peers ("HOST:PORT,..."
+ *             of the prefill workers the prompt's KV blocks come from, the
+ *             first choice first, the rest if it fails; empty: none), u32
+ *             KV skip (prefill-only: the leading blocks the
  *             asker holds already, not sent; the payload's last 4 bytes,
  *             so cl_submit_set_kv_skip can set it in an encoded frame)
  *   TOKEN     u64 request, u32 index, i32 token (-1: a finish alone),
@@ -152,7 +153,7 @@ struct cl_submit {
     uint32_t n_prompt;                /* 1..CL_MAX_PROMPT */
     int32_t *prompt;                  /* (n_prompt) token ids, >= 0 */
     uint32_t n_generated;             /* <= n_prompt - 1 */
-    char kv_peer[CL_MAX_NAME + 1];    /* the prefill worker its KV comes from ("" none) */
+    char kv_peer[CL_MAX_NAME + 1];    /* its prefill workers, "HOST:PORT,..." ("" none) */
     uint32_t kv_skip;                 /* CL_SUBMIT_PREFILL: leading blocks not to send */
 };
 

@@ -156,6 +156,7 @@ static void lost(struct remote *r, uint64_t tag, struct rreq *q, const char *tex
 }
 
 static int route(struct remote *r, int n_prompt, int *pf);
+static void kv_peers(struct remote *r, int pf, char *out, size_t cap);
 static bool send_frame(struct rworker *w, const struct buf *b);
 
 /* q's worker is gone: q goes on on another from the tokens it has output
@@ -176,8 +177,7 @@ static bool move(struct remote *r, uint64_t tag, struct rreq *q)
         s->n_prompt += (uint32_t)q->n_out;
         s->n_generated = (uint32_t)q->n_out;
         int pf = -1, k = route(r, (int)s->n_prompt, &pf);
-        s->kv_peer[0] = 0;
-        if (pf >= 0) snprintf(s->kv_peer, sizeof(s->kv_peer), "%s", r->w[pf].addr);
+        kv_peers(r, pf, s->kv_peer, sizeof(s->kv_peer));
         buf_clear(&r->enc);
         if (k >= 0 && !cl_encode(&m, &r->enc, &e) && send_frame(&r->w[k], &r->enc)) {
             struct rworker *from = q->w;
@@ -517,7 +517,7 @@ static void r_submit(struct node_backend *b, uint64_t tag, const struct inferd_r
     s->n_prompt = (uint32_t)MAX(q->n_prompt, 0);
     s->prompt = (int32_t *)q->prompt;
     snprintf(s->ttl_class, sizeof(s->ttl_class), "%s", ttl_class ? ttl_class : "");
-    if (pf >= 0) snprintf(s->kv_peer, sizeof(s->kv_peer), "%s", r->w[pf].addr);
+    kv_peers(r, pf, s->kv_peer, sizeof(s->kv_peer));
     struct err_msg e = {{0}};
     buf_clear(&r->enc);
     int rc = cl_encode(&m, &r->enc, &e);
@@ -540,6 +540,32 @@ static void r_submit(struct node_backend *b, uint64_t tag, const struct inferd_r
         rq->pre->prefills++;
     }
     u64map_put(&r->tags, tag, rq);
+}
+
+/* The SUBMIT's KV peers: the chosen prefill worker pf (-1: none, "") and
+ * the other prefill workers up, least loaded first, for the decode worker
+ * to go on with if pf fails (as many as the field holds, at most 4). */
+static void kv_peers(struct remote *r, int pf, char *out, size_t cap)
+{
+    out[0] = 0;
+    if (pf < 0) return;
+    size_t at = (size_t)snprintf(out, cap, "%s", r->w[pf].addr);
+    bool used[MAX_WORKERS] = {false};
+    used[pf] = true;
+    for (int k = 1; k < 4; k++) {
+        int best = -1;
+        long best_load = 0;
+        for (int i = 0; i < r->n; i++) {
+            const struct rworker *w = &r->w[i];
+            if (used[i] || w->removed || !w->bev || !w->hello || w->role != CL_ROLE_PREFILL)
+                continue;
+            long load = (long)w->stats.running + w->stats.waiting + w->sent + w->prefills;
+            if (best < 0 || load < best_load) best = i, best_load = load;
+        }
+        if (best < 0 || at + strlen(r->w[best].addr) + 2 > cap) break;
+        used[best] = true;
+        at += (size_t)snprintf(out + at, cap - at, ",%s", r->w[best].addr);
+    }
 }
 
 /* The snapshot the policy routes on, and its choice (remote_route). */

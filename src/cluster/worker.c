@@ -9,15 +9,16 @@
  * that goes away leaves its lives behind with conn NULL: their requests are
  * cancelled, and the runner's final message for each frees it.
  *
- * KV transfer: a SUBMIT naming a KV peer (a prefill worker) goes to the
- * runner as a pull (runner.h); when the runner says what the pool lacks
- * (KV_PULL), the worker sends the request to the peer, prefill-only, over
- * its own connection to that peer (struct peer: one per address, dialled on
- * first use, HELLO both ways, the peer's engine fingerprint checked), with
- * the tag as the request id there. The peer's KV_BLOCK frames go into the
- * runner as they come; its KV_DONE, an ERROR, the peer lost or silent for
- * 2.5 s all end the wait (runner_kv_release): what did not come is computed
- * here, so the request's tokens are the same whichever way it ends.
+ * KV transfer: a SUBMIT naming KV peers (prefill workers, first choice
+ * first) goes to the runner as a pull (runner.h); when the runner says what
+ * the pool lacks (KV_PULL), the worker asks the first peer for it,
+ * prefill-only, through the KV link (kv_link.h: the transport), with the
+ * tag as the request id there. The blocks go into the runner as they come.
+ * A pull that ends badly (the peer lost, silent for 2.5 s, refused, an
+ * ERROR) goes on with the next peer from the first block still missing;
+ * KV_DONE, or no peer left, ends the wait (runner_kv_release): what did not
+ * come is computed here, so the request's tokens are the same whichever
+ * way it ends.
  * A prefill-only SUBMIT (from such a worker) runs with max_tokens 1; its
  * blocks go back as KV_BLOCK frames while the rest of the prompt computes,
  * then KV_DONE, and no TOKEN frame.
@@ -30,6 +31,7 @@
 #include "base/timeutil.h"
 #include "base/u64map.h"
 #include "cluster/conn.h"
+#include "cluster/kv_link.h"
 #include "cluster/members.h"
 #include "inferd/inferd.h"
 #include "node/runner.h"
@@ -67,8 +69,6 @@ struct wconn {
     struct u64map reqs;              /* peer request id -> tag */
 };
 
-struct peer;
-
 struct live {
     struct wconn *conn;           /* NULL once the connection is gone */
     uint64_t request;             /* the peer's id */
@@ -76,39 +76,20 @@ struct live {
     char trace[CL_MAX_TRACE + 1]; /* its traceparent, for the log line */
     bool prefill;                 /* prefill-only: KV_BLOCK frames, then KV_DONE */
     uint32_t kv_sent;             /* prefill-only: KV_BLOCK frames sent */
-    /* pull: its prompt's KV from a prefill worker */
-    char kv_peer[CL_MAX_NAME + 1]; /* the worker's address ("": no pull) */
-    struct buf pull_frame;         /* the SUBMIT to send it (until sent) */
-    struct peer *pull;             /* the worker it waits on (NULL: not waiting) */
-    double pull_t0;                /* monotonic seconds the SUBMIT went */
+    /* pull: its prompt's KV from prefill workers */
+    char kv_peer[CL_MAX_NAME + 1]; /* their addresses, first choice first ("": no pull) */
+    int kv_tries;                  /* of those, asked so far */
+    char kv_from[80];              /* the one asked last */
+    struct buf pull_frame;         /* the prefill-only SUBMIT, until the pull ends */
+    bool pulling;                  /* a pull is under way on the link */
+    double pull_t0;                /* monotonic seconds the pull began */
     uint32_t kv_got;               /* KV_BLOCK frames taken in */
     uint64_t kv_bytes;             /* their frame bytes */
     double kv_first;               /* monotonic seconds the first one came */
     int kv_held;                   /* leading blocks the pool held already */
-    const char *kv_end;            /* how the wait ended, for the log line */
+    char kv_end[128];              /* how the pull ended, for the log line ("": none) */
     double kv_ms;                  /* how long it took */
     double kv_stream_ms;           /* from the first block to the end */
-};
-
-/* A prefill worker this worker pulls KV from. */
-struct peer {
-    struct worker *w;
-    struct peer *next;
-    char addr[80];           /* HOST:PORT as the gateway named it */
-    struct sockaddr_in sa;   /* resolved */
-    struct bufferevent *bev; /* connect and writes; NULL while down */
-    struct event *rd;        /* reads: our own (below) */
-    bool hello;              /* its HELLO came, with our fingerprint */
-    double last_heard;       /* monotonic seconds of its last frame */
-    struct u64map pulls;     /* tag -> struct live * waiting on it */
-    /* The frame being read: its header, then (once that is in) the whole
-     * frame in a buffer of its size, filled straight from the socket. A
-     * bufferevent reads 4 KiB per loop turn, which would cost a turn per
-     * 4 KiB of KV; this reads what the socket has, into its final place. */
-    uint8_t head[CL_HEADER];
-    size_t head_have;
-    uint8_t *frame; /* (frame_len) header + payload, or NULL */
-    size_t frame_len, frame_have;
 };
 
 /* Worker counters for STATS (CL_STAT_KV_*). */
@@ -137,7 +118,7 @@ struct worker {
     char addr[80];                /* HOST:PORT announced */
     char value[CL_MAX_NAME + 16]; /* "<role> <name>" announced */
     struct buf out;               /* encode scratch */
-    struct peer *peers;           /* prefill workers pulled from */
+    struct kv_link *link;         /* KV pulls from prefill workers */
     struct kv_chain *chain;       /* KV tiers, or NULL */
     struct kv_counts kv;          /* transfer counters */
 };
@@ -378,241 +359,100 @@ static void on_submit(struct wconn *c, const struct cl_submit *s)
 
 static void pull_end(struct worker *w, uint64_t tag, struct live *l, const char *how)
 {
-    if (l->pull) u64map_del(&l->pull->pulls, tag);
-    l->pull = NULL;
-    l->kv_end = how;
+    l->pulling = false;
+    snprintf(l->kv_end, sizeof(l->kv_end), "%s", how);
     double now = time_now_s();
     l->kv_ms = (now - l->pull_t0) * 1e3;
     l->kv_stream_ms = l->kv_got ? (now - l->kv_first) * 1e3 : 0;
     if (strcmp(how, "done")) w->kv.pull_fallbacks++;
+    buf_release(&l->pull_frame);
     runner_kv_release(&w->runner, tag);
 }
 
-/* The peer is gone: every request waiting on it computes the rest here. */
-static void peer_down(struct peer *p, const char *why)
+/* Asks the next prefill worker on l's list for the blocks the pool still
+ * lacks (they come in order: it holds the first kv_held + kv_got); with
+ * none left, the request computes the rest here. why: what ended the last
+ * try (NULL: there was none). */
+static void pull_try(struct worker *w, uint64_t tag, struct live *l, const char *why)
 {
-    struct worker *w = p->w;
-    if (p->pulls.n || p->hello)
-        log_warn("worker: prefill worker %s: %s; %zu waiting requests compute their prompts here",
-                 p->addr, why, p->pulls.n);
-    while (p->pulls.n) {
-        for (size_t i = 0; i < p->pulls.cap; i++) {
-            if (!p->pulls.slots[i].key) continue;
-            pull_end(w, p->pulls.slots[i].key, p->pulls.slots[i].val, "fallback: peer lost");
-            break; /* the map changed under us: scan again */
-        }
-    }
-    if (p->rd) event_free(p->rd);
-    p->rd = NULL;
-    if (p->bev) bufferevent_free(p->bev);
-    p->bev = NULL;
-    p->hello = false;
-    free(p->frame);
-    p->frame = NULL;
-    p->head_have = 0;
-}
-
-static void peer_frame(struct peer *p, const struct cl_msg *m, uint8_t **blob)
-{
-    struct worker *w = p->w;
-    if (!p->hello && m->type != CL_HELLO) {
-        char why[64];
-        snprintf(why, sizeof(why), "a %s frame before HELLO", cl_type_name(m->type));
-        peer_down(p, why);
-        return;
-    }
-    switch (m->type) {
-    case CL_HELLO:
-        if (p->hello || memcmp(m->u.hello.fingerprint, w->me.fingerprint, 16) ||
-            m->u.hello.frame_bytes != w->me.frame_bytes ||
-            m->u.hello.block_tokens != w->me.block_tokens) {
-            peer_down(p, p->hello ? "a second HELLO"
-                                  : "another engine fingerprint (model, KV type or block size): "
-                                    "refused");
-            return;
-        }
-        p->hello = true;
-        log_info("worker: prefill worker %s (%s) connected", p->addr, m->u.hello.name);
-        return;
-    case CL_KV_BLOCK: {
-        uint64_t tag = m->u.kv_block.request;
-        struct live *l = u64map_get(&p->pulls, tag);
-        if (!l) return; /* one that ended already */
-        runner_kv_import(&w->runner, tag, *blob, m->u.kv_block.frame, m->u.kv_block.frame_len);
-        *blob = NULL; /* the runner's now */
-        if (!l->kv_got++) l->kv_first = time_now_s();
-        l->kv_bytes += m->u.kv_block.frame_len;
-        w->kv.blocks_in++;
-        return;
-    }
-    case CL_KV_DONE: {
-        struct live *l = u64map_get(&p->pulls, m->u.kv_done.request);
-        if (l) pull_end(w, m->u.kv_done.request, l, "done");
-        return;
-    }
-    case CL_ERROR: {
-        struct live *l = m->u.error.request ? u64map_get(&p->pulls, m->u.error.request) : NULL;
-        if (l) {
-            log_warn("worker: prefill worker %s: request %llu: %s; computing it here", p->addr,
-                     (unsigned long long)l->request, m->u.error.message);
-            pull_end(w, m->u.error.request, l, "fallback: peer error");
-        } else if (!m->u.error.request) {
-            log_warn("worker: prefill worker %s says: %s", p->addr, m->u.error.message);
-        }
-        return;
-    }
-    case CL_PING: {
-        struct cl_msg pong = {.type = CL_PONG, .u.nonce = m->u.nonce};
+    const char *p = l->kv_peer;
+    for (int i = 0; i < l->kv_tries && p; i++)
+        if ((p = strchr(p, ','))) p++;
+    while (p && *p) {
+        const char *comma = strchr(p, ',');
+        snprintf(l->kv_from, sizeof(l->kv_from), "%.*s", (int)(comma ? comma - p : 79), p);
+        p = comma ? comma + 1 : NULL;
+        l->kv_tries++;
+        cl_submit_set_kv_skip((uint8_t *)l->pull_frame.data, l->pull_frame.len,
+                              (uint32_t)l->kv_held + l->kv_got);
         struct err_msg e = {{0}};
-        buf_clear(&w->out);
-        if (!cl_encode(&pong, &w->out, &e)) bufferevent_write(p->bev, w->out.data, w->out.len);
-        return;
-    }
-    case CL_STATS:
-    case CL_PONG:
-        return;
-    default: {
-        char why[64];
-        snprintf(why, sizeof(why), "it sent a %s frame", cl_type_name(m->type));
-        peer_down(p, why);
-        return;
-    }
-    }
-}
-
-/* One whole frame in p->frame: decoded and acted on. */
-static void peer_take(struct peer *p)
-{
-    uint8_t *blob = p->frame;
-    size_t len = p->frame_len;
-    p->frame = NULL;
-    p->head_have = 0;
-    struct cl_msg m;
-    struct err_msg e = {{0}};
-    if (cl_decode(blob, len, &m, &e)) {
-        free(blob);
-        peer_down(p, e.text);
-        return;
-    }
-    peer_frame(p, &m, &blob); /* may take p down */
-    cl_msg_free(&m);
-    free(blob);
-}
-
-static void peer_read(evutil_socket_t fd, short what, void *arg)
-{
-    (void)what;
-    struct peer *p = arg;
-    p->last_heard = time_now_s();
-    while (p->rd) {
-        ssize_t n;
-        if (!p->frame)
-            n = recv(fd, p->head + p->head_have, CL_HEADER - p->head_have, 0);
-        else
-            n = recv(fd, p->frame + p->frame_have, p->frame_len - p->frame_have, 0);
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-        if (n <= 0) {
-            peer_down(p, n == 0 ? "connection closed" : strerror(errno));
+        if (!w->link->ops->pull(w->link, l->kv_from, tag, l->pull_frame.data, l->pull_frame.len,
+                                &e)) {
+            l->pulling = true;
+            if (why)
+                log_info("worker: request %llu: asking prefill worker %s for blocks %d on",
+                         (unsigned long long)l->request, l->kv_from, l->kv_held + (int)l->kv_got);
             return;
         }
-        if (!p->frame) {
-            if ((p->head_have += (size_t)n) < CL_HEADER) continue;
-            size_t flen = 0;
-            struct err_msg e = {{0}};
-            if (cl_frame_peek(p->head, CL_HEADER, &flen, &e) < 0) {
-                peer_down(p, e.text);
-                return;
-            }
-            p->frame = xmalloc(flen);
-            memcpy(p->frame, p->head, CL_HEADER);
-            p->frame_len = flen;
-            p->frame_have = CL_HEADER;
-        } else {
-            p->frame_have += (size_t)n;
-        }
-        if (p->frame_have == p->frame_len) peer_take(p);
+        log_warn("worker: request %llu: prefill worker %s: %s", (unsigned long long)l->request,
+                 l->kv_from, e.text);
+        why = "peer not reachable";
     }
-}
-
-static void peer_event(struct bufferevent *bev, short what, void *arg)
-{
-    struct peer *p = arg;
-    if (what & BEV_EVENT_CONNECTED) {
-        int one = 1;
-        setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        p->last_heard = time_now_s();
-        return;
-    }
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
-        peer_down(p, what & BEV_EVENT_EOF ? "connection closed" : "connection failed");
-}
-
-/* The connection to the prefill worker at addr, dialled if need be; NULL
- * when addr is not an address or the dial failed at once. */
-static struct peer *peer_get(struct worker *w, const char *addr)
-{
-    struct peer *p = w->peers;
-    while (p && strcmp(p->addr, addr))
-        p = p->next;
-    if (!p) {
-        struct sockaddr_in sa;
-        if (!cl_parse_addr(addr, strlen(addr), &sa)) return NULL;
-        p = xcalloc(1, sizeof(*p));
-        *p = (struct peer){.w = w, .next = w->peers, .sa = sa};
-        snprintf(p->addr, sizeof(p->addr), "%s", addr);
-        w->peers = p;
-    }
-    if (p->bev) return p;
-    p->bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
-    bufferevent_setcb(p->bev, NULL, NULL, peer_event, p);
-    bufferevent_enable(p->bev, EV_WRITE); /* reads are p->rd's */
-    p->last_heard = time_now_s();         /* a dial that hangs counts as silence */
-    if (bufferevent_socket_connect(p->bev, (struct sockaddr *)&p->sa, sizeof(p->sa)) < 0) {
-        peer_down(p, "cannot connect");
-        return NULL;
-    }
-    p->rd = event_new(w->base, bufferevent_getfd(p->bev), EV_READ | EV_PERSIST, peer_read, p);
-    event_add(p->rd, NULL);
-    struct cl_msg hello = {.type = CL_HELLO, .u.hello = w->me};
-    struct err_msg e = {{0}};
-    buf_clear(&w->out);
-    if (!cl_encode(&hello, &w->out, &e)) bufferevent_write(p->bev, w->out.data, w->out.len);
-    return p;
+    char how[128];
+    snprintf(how, sizeof(how), "fallback: %s", why ? why : "no prefill worker");
+    log_warn("worker: request %llu: no prefill worker left (%s); computing the rest here",
+             (unsigned long long)l->request, why ? why : "none named");
+    pull_end(w, tag, l, how);
 }
 
 /* The runner holds l's request for the blocks its pool lacks (the first
- * `held` it has): ask the prefill worker for the rest. */
+ * `held` it has): ask a prefill worker for the rest. */
 static void pull_start(struct worker *w, uint64_t tag, struct live *l, uint32_t held)
 {
     l->kv_held = (int)held;
     l->pull_t0 = time_now_s();
-    struct peer *p = l->kv_peer[0] && l->pull_frame.len ? peer_get(w, l->kv_peer) : NULL;
     w->kv.pulls++;
-    if (!p) {
-        log_warn("worker: request %llu: prefill worker '%s' not reachable; computing it here",
-                 (unsigned long long)l->request, l->kv_peer);
-        pull_end(w, tag, l, "fallback: peer not reachable");
+    pull_try(w, tag, l, NULL);
+}
+
+/* The link: a block of a pull, into the runner. */
+static void on_pull_block(void *ctx, uint64_t tag, uint8_t *blob, const uint8_t *frame, size_t len)
+{
+    struct worker *w = ctx;
+    struct live *l = u64map_get(&w->tags, tag);
+    if (!l || !l->pulling) {
+        free(blob);
         return;
     }
-    cl_submit_set_kv_skip((uint8_t *)l->pull_frame.data, l->pull_frame.len, held);
-    bufferevent_write(p->bev, l->pull_frame.data, l->pull_frame.len);
-    buf_release(&l->pull_frame);
-    u64map_put(&p->pulls, tag, l);
-    l->pull = p;
+    runner_kv_import(&w->runner, tag, blob, frame, len);
+    if (!l->kv_got++) l->kv_first = time_now_s();
+    l->kv_bytes += len;
+    w->kv.blocks_in++;
+}
+
+/* The link: a pull is over (why NULL: all came), or the next peer is asked. */
+static void on_pull_end(void *ctx, uint64_t tag, const char *why)
+{
+    struct worker *w = ctx;
+    struct live *l = u64map_get(&w->tags, tag);
+    if (!l || !l->pulling) return;
+    l->pulling = false;
+    if (!why) {
+        pull_end(w, tag, l, "done");
+        return;
+    }
+    log_warn("worker: request %llu: prefill worker %s: %s", (unsigned long long)l->request,
+             l->kv_from, why);
+    pull_try(w, tag, l, why);
 }
 
 /* A request that ended while it waited: the prefill worker stops too. */
 static void pull_cancel(struct worker *w, uint64_t tag, struct live *l)
 {
-    struct peer *p = l->pull;
-    if (!p) return;
-    u64map_del(&p->pulls, tag);
-    l->pull = NULL;
-    l->kv_end = "cancelled";
-    struct cl_msg m = {.type = CL_CANCEL, .u.request = tag};
-    struct err_msg e = {{0}};
-    buf_clear(&w->out);
-    if (p->bev && !cl_encode(&m, &w->out, &e)) bufferevent_write(p->bev, w->out.data, w->out.len);
+    if (!l->pulling) return;
+    w->link->ops->cancel(w->link, tag);
+    l->pulling = false;
+    snprintf(l->kv_end, sizeof(l->kv_end), "cancelled");
 }
 
 static void send_stats(struct wconn *c)
@@ -841,11 +681,11 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
             char kv[CL_MAX_NAME + 128] = "";
             if (l->prefill)
                 snprintf(kv, sizeof(kv), " prefill kv_sent=%u", l->kv_sent);
-            else if (l->kv_end)
+            else if (l->kv_end[0])
                 snprintf(kv, sizeof(kv),
                          " kv_from=%s kv_held=%d kv_got=%u kv_bytes=%llu kv_ms=%.1f "
                          "kv_stream_ms=%.2f kv=%s",
-                         l->kv_peer, l->kv_held, l->kv_got, (unsigned long long)l->kv_bytes,
+                         l->kv_from, l->kv_held, l->kv_got, (unsigned long long)l->kv_bytes,
                          l->kv_ms, l->kv_stream_ms, l->kv_end);
             if (r->rc)
                 log_info("worker: request %llu refused: %s traceparent=%s",
@@ -869,18 +709,7 @@ static void on_stats(evutil_socket_t fd, short what, void *arg)
     struct worker *w = arg;
     for (struct wconn *c = w->conns; c; c = c->next)
         if (c->hello && !c->closing) send_stats(c);
-    double now = time_now_s();
-    for (struct peer *p = w->peers; p; p = p->next) {
-        if (!p->bev) continue;
-        if (now - p->last_heard > 2.5) {
-            peer_down(p, "silent for 2.5 s");
-        } else if (p->hello) {
-            struct cl_msg ping = {.type = CL_PING, .u.nonce = (uint64_t)(now * 1e3)};
-            struct err_msg e = {{0}};
-            buf_clear(&w->out);
-            if (!cl_encode(&ping, &w->out, &e)) bufferevent_write(p->bev, w->out.data, w->out.len);
-        }
-    }
+    if (w->link) w->link->ops->tick(w->link);
 }
 
 static void on_beat(evutil_socket_t fd, short what, void *arg)
@@ -979,6 +808,8 @@ int worker_run(const struct worker_config *cfg, struct err_msg *msg)
     if ((rc = load(&w, cfg, msg))) goto out;
     w.base = event_base_new();
     if ((rc = listen_on(&w, cfg, &port, msg))) goto out;
+    const struct kv_link_cb cb = {.ctx = &w, .block = on_pull_block, .end = on_pull_end};
+    w.link = kv_link_tcp_new(w.base, &w.me, &cb);
     if (cfg->name)
         snprintf(w.me.name, sizeof(w.me.name), "%s", cfg->name);
     else
@@ -1020,15 +851,7 @@ out:
     if (w.beat_ev) event_free(w.beat_ev);
     while (w.conns)
         conn_free(w.conns);
-    while (w.peers) {
-        struct peer *p = w.peers;
-        w.peers = p->next;
-        if (p->rd) event_free(p->rd);
-        if (p->bev) bufferevent_free(p->bev);
-        u64map_release(&p->pulls);
-        free(p->frame);
-        free(p);
-    }
+    if (w.link) w.link->ops->free(w.link);
     if (w.runner_on) runner_stop(&w.runner);
     kv_chain_free(w.chain); /* after the runner: it used the chain to the end */
     for (size_t i = 0; i < w.tags.cap; i++) {

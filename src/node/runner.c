@@ -554,8 +554,9 @@ static void push_cmd(struct runner *r, const struct runner_cmd *c)
         r->cap_cmds = r->cap_cmds ? r->cap_cmds * 2 : 64;
         r->cmds = xrealloc(r->cmds, sizeof(*r->cmds) * r->cap_cmds);
     }
-    r->cmds[r->n_cmds++] = *c;
-    pthread_cond_signal(&r->cv);
+    /* the thread waits only on an empty inbox: one signal wakes it for all */
+    if (r->n_cmds++ == 0) pthread_cond_signal(&r->cv);
+    r->cmds[r->n_cmds - 1] = *c;
     pthread_mutex_unlock(&r->mu);
 }
 

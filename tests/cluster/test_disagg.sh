@@ -207,4 +207,30 @@ if [ "$a" = "$b" ] && [ "${#a}" -gt 400 ] &&
 else
     fail "disagg: foreign prefill worker: ${a:0:200} / $(grep -c fingerprint "$work/dc.log")"
 fi
+
+# Two prefill workers: the first choice hangs with the request on it, the
+# decode worker goes on with the second from the first block it lacks;
+# every block comes from a prefill worker, none is computed by the decoder.
+worker pa prefill; pa_pid=$pid; pa_port=$port
+worker pb prefill; pb_port=$port
+kill "$gw_pid"; wait "$gw_pid" 2>/dev/null || true
+"$INFERD_BIN" gateway -m "$m" --name tiny --ctx 1024 --local-prefill 0 \
+    --workers "127.0.0.1:$pa_port,127.0.0.1:$pb_port,127.0.0.1:$dc_port" --port 0 \
+    --port-file "$work/gw3.port" --data-dir "$work/gw-data" >>"$work/gw3.log" 2>&1 &
+gw_pid=$!; pids+=("$gw_pid")
+wait_port "$gw_pid" "$work/gw3.port" "$work/gw3.log"; gw=$port
+for _ in $(seq 1 100); do
+    [ "$(grep -c 'in rotation' "$work/gw3.log" || true)" -ge 3 ] && break
+    sleep 0.1
+done
+kill -STOP "$pa_pid"
+a=$(ask "$gw" greedy 5); b=$(ask "$ref" greedy 5)
+kill -CONT "$pa_pid"
+line=$(grep 'kv_from=' "$work/dc.log" | tail -1)
+if [ "$a" = "$b" ] && [ "${#a}" -gt 400 ] && grep -q "kv_from=127.0.0.1:$pb_port .*kv=done" <<<"$line" &&
+    grep -q "asking prefill worker 127.0.0.1:$pb_port for blocks" "$work/dc.log"; then
+    ok "disagg: the first prefill worker hung: the second sent the blocks, same output"
+else
+    fail "disagg: second prefill worker: ${a:0:100} / $line"
+fi
 finish
