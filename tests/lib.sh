@@ -43,6 +43,16 @@ wait_port() {
     return 1
 }
 
+# in_rotation LOG N: waits (10 s at most) until a gateway's LOG says N
+# workers came into rotation, counting from its start.
+in_rotation() {
+    for _ in $(seq 1 100); do
+        [ "$(grep -c 'in rotation' "$1" || true)" -ge "$2" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
 # start_redis: a redis-server on the Unix socket $sock, its files in $work
 # (both set by the caller); sets $redis_pid. Fails if it does not answer.
 start_redis() {

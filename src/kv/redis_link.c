@@ -114,6 +114,18 @@ redisReply *redis_link_cmd(struct redis_link *l, int argc, const char **argv, co
     return r;
 }
 
+redisContext *redis_link_ctx(struct redis_link *l)
+{
+    return connected(l) ? l->c : NULL;
+}
+
+void redis_link_broken(struct redis_link *l)
+{
+    char why[160];
+    snprintf(why, sizeof(why), "%s", l->c && l->c->errstr[0] ? l->c->errstr : "connection lost");
+    mark_down(l, why);
+}
+
 void redis_link_close(struct redis_link *l)
 {
     if (l->c) redisFree(l->c);

@@ -42,6 +42,11 @@ int redis_link_init(struct redis_link *l, const char *url, const char *what, int
  * down or the command failed on the wire (the link is then down until the
  * next try). An error reply is a reply. */
 redisReply *redis_link_cmd(struct redis_link *l, int argc, const char **argv, const size_t *lens);
+/* For pipelines: the connected context (connecting first if need be), or
+ * NULL while down. */
+redisContext *redis_link_ctx(struct redis_link *l);
+/* The connection broke mid-pipeline: down until the next try. */
+void redis_link_broken(struct redis_link *l);
 /* "HOST:PORT" or the socket path, for messages. */
 const char *redis_link_where(const struct redis_link *l);
 void redis_link_close(struct redis_link *l);

@@ -6,6 +6,7 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "base/timeutil.h"
+#include "kv/redis_link.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>
@@ -14,82 +15,22 @@
 
 struct redis_tier {
     struct kv_tier base;     /* first: the tier contract */
-    char host[256];          /* TCP host, or "" for a Unix socket */
-    int port;                /* TCP port */
-    char sock[1024];         /* Unix socket path */
-    int db;                  /* SELECT this database (0: none) */
+    struct redis_link link;  /* the connection (100 ms connects, 250 ms commands) */
     char prefix[96];         /* key prefix: "inferd:kv:<fingerprint hex>:" */
-    redisContext *c;         /* the connection, or NULL while down */
-    double next_try;         /* monotonic seconds before which no reconnect is tried */
-    double backoff;          /* seconds until the next try after a failure */
-    bool logged_down;        /* the outage has been logged */
     struct kv_tier_stats st; /* counters */
     size_t frame_bytes;      /* kv_frame_bytes(layout) */
     uint8_t *rec;            /* (KV_TIER_RECORD_HEADER + frame_bytes) record scratch */
 };
 
-static const struct timeval connect_timeout = {0, 100000}, command_timeout = {0, 250000};
-
-static void mark_down(struct redis_tier *t, const char *why)
-{
-    if (t->c) redisFree(t->c);
-    t->c = NULL;
-    t->backoff = t->backoff > 0 ? MIN(t->backoff * 2, 5.0) : 0.1;
-    t->next_try = time_now_s() + t->backoff;
-    t->st.writable = false;
-    if (!t->logged_down) {
-        log_warn("kv tier redis: %s: %s; misses until it is back (retrying with backoff)",
-                 t->sock[0] ? t->sock : t->host, why);
-        t->logged_down = true;
-    }
-}
-
 /* A live connection, or false (fast) while down and before the next try. */
 static bool connected(struct redis_tier *t)
 {
-    if (t->c) return true;
-    if (time_now_s() < t->next_try) return false;
-    redisContext *c = t->sock[0] ? redisConnectUnixWithTimeout(t->sock, connect_timeout)
-                                 : redisConnectWithTimeout(t->host, t->port, connect_timeout);
-    if (!c || c->err) {
-        char why[160];
-        snprintf(why, sizeof(why), "%s", c ? c->errstr : "out of memory");
-        if (c) redisFree(c);
-        mark_down(t, why);
-        return false;
-    }
-    redisSetTimeout(c, command_timeout);
-    t->c = c;
-    if (t->db > 0) {
-        redisReply *r = redisCommand(c, "SELECT %d", t->db);
-        bool ok = r && r->type == REDIS_REPLY_STATUS;
-        if (r) freeReplyObject(r);
-        if (!ok) {
-            mark_down(t, "SELECT failed");
-            return false;
-        }
-    }
-    t->backoff = 0;
-    t->st.writable = true;
-    if (t->logged_down) {
-        log_info("kv tier redis: %s: connected again", t->sock[0] ? t->sock : t->host);
-        t->logged_down = false;
-    }
-    return true;
+    return redis_link_ctx(&t->link) != NULL;
 }
 
-/* One command; NULL when down or the connection broke (then marked down). */
 static redisReply *cmd(struct redis_tier *t, int argc, const char **argv, const size_t *len)
 {
-    if (!connected(t)) return NULL;
-    redisReply *r = redisCommandArgv(t->c, argc, argv, len);
-    if (!r) {
-        char why[160];
-        snprintf(why, sizeof(why), "%s", t->c->errstr[0] ? t->c->errstr : "connection lost");
-        mark_down(t, why);
-        return NULL;
-    }
-    return r;
+    return redis_link_cmd(&t->link, argc, argv, len);
 }
 
 static void key_of(const struct redis_tier *t, const uint8_t id[16], char *key, size_t n)
@@ -241,12 +182,10 @@ static bool replies(struct redis_tier *t, redisReply **r, int n)
 {
     for (int i = 0; i < n; i++) {
         void *x = NULL;
-        if (redisGetReply(t->c, &x) != REDIS_OK || !x) {
-            char why[160];
-            snprintf(why, sizeof(why), "%s", t->c->errstr[0] ? t->c->errstr : "connection lost");
+        if (redisGetReply(t->link.c, &x) != REDIS_OK || !x) {
             for (int k = 0; k < i; k++)
                 freeReplyObject(r[k]);
-            mark_down(t, why);
+            redis_link_broken(&t->link);
             return false;
         }
         r[i] = x;
@@ -271,7 +210,7 @@ static int redis_get_run(struct kv_tier *base, const uint8_t (*ids)[16], int n, 
         for (int k = 0; k < m; k++) {
             key_of(t, ids[done + k], key[k], sizeof(key[k]));
             const char *argv[] = {"GET", key[k]};
-            redisAppendCommandArgv(t->c, 2, argv, NULL);
+            redisAppendCommandArgv(t->link.c, 2, argv, NULL);
         }
         redisReply *r[REDIS_PIPELINE];
         if (!replies(t, r, m)) break;
@@ -288,18 +227,18 @@ static int redis_get_run(struct kv_tier *base, const uint8_t (*ids)[16], int n, 
             kv_tier_stats_add_latency(&t->st, ms);
         /* raise the expiries that need it, from the headers just read */
         int raised = 0;
-        for (int i = 0; i < k && t->c; i++) {
+        for (int i = 0; i < k && t->link.c; i++) {
             if (rec[i].expires >= expires) continue;
             rec[i].expires = expires;
             uint8_t hdr[KV_TIER_RECORD_HEADER];
             kv_tier_record_encode(&rec[i], hdr);
             const char *sa[] = {"SETRANGE", key[i], "0", (const char *)hdr};
             size_t sl[] = {8, strlen(key[i]), 1, sizeof(hdr)};
-            redisAppendCommandArgv(t->c, 4, sa, sl);
+            redisAppendCommandArgv(t->link.c, 4, sa, sl);
             char ms_s[32];
             snprintf(ms_s, sizeof(ms_s), "%lld", (long long)(expires - now) * 1000);
             const char *pa[] = {"PEXPIRE", key[i], ms_s, "GT"};
-            redisAppendCommandArgv(t->c, 4, pa, NULL);
+            redisAppendCommandArgv(t->link.c, 4, pa, NULL);
             raised += 2;
         }
         for (int i = 0; i < raised; i += REDIS_PIPELINE) {
@@ -343,14 +282,14 @@ static void redis_stats(struct kv_tier *base, struct kv_tier_stats *out)
 {
     struct redis_tier *t = (struct redis_tier *)base;
     /* a down server is seen as such once its retry time has come */
-    if (!t->c && time_now_s() >= t->next_try) connected(t);
+    t->st.writable = connected(t);
     *out = t->st;
 }
 
 static void redis_close(struct kv_tier *base)
 {
     struct redis_tier *t = (struct redis_tier *)base;
-    if (t->c) redisFree(t->c);
+    redis_link_close(&t->link);
     free(t->rec);
     free(t);
 }
@@ -368,31 +307,10 @@ int kv_tier_redis_open(const char *url, const struct kv_frame_layout *l, uint64_
 {
     (void)now;
     struct redis_tier *t = xcalloc(1, sizeof(*t));
-    if (!strncmp(url, "unix:", 5)) {
-        if (url[5] != '/' || strlen(url + 5) >= sizeof(t->sock)) {
-            free(t);
-            return err_set(msg, ERR_INVALID, "redis tier '%s': expected unix:/ABSOLUTE/PATH", url);
-        }
-        snprintf(t->sock, sizeof(t->sock), "%s", url + 5);
-    } else if (!strncmp(url, "redis://", 8)) {
-        const char *hp = url + 8, *colon = strrchr(hp, ':');
-        char *end;
-        long port = colon ? strtol(colon + 1, &end, 10) : 0;
-        long db = 0;
-        if (colon && *end == '/') db = strtol(end + 1, &end, 10);
-        if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof(t->host) || port < 1 ||
-            port > 65535 || *end || db < 0) {
-            free(t);
-            return err_set(msg, ERR_INVALID, "redis tier '%s': expected redis://HOST:PORT[/DB]",
-                           url);
-        }
-        memcpy(t->host, hp, (size_t)(colon - hp));
-        t->port = (int)port;
-        t->db = (int)db;
-    } else {
+    struct err_msg e = {{0}};
+    if (redis_link_init(&t->link, url, "kv tier redis", 100, 250, &e)) {
         free(t);
-        return err_set(msg, ERR_INVALID,
-                       "redis tier '%s': expected redis://HOST:PORT[/DB] or unix:/PATH", url);
+        return err_set(msg, ERR_INVALID, "redis tier %s", e.text);
     }
     t->base.ops = &redis_ops;
     t->base.kind = KV_TIER_REDIS;

@@ -36,17 +36,16 @@ wait_port "$gw_pid" "$work/gw.port" "$work/gw.log"; gw=$port
     --ctx 1024 --data-dir "$work/ref-data" --kv-tier none >>"$work/ref.log" 2>&1 &
 ref_pid=$!; pids+=("$ref_pid")
 wait_port "$ref_pid" "$work/ref.port" "$work/ref.log"; ref=$port
-for _ in $(seq 1 100); do
-    [ "$(grep -c 'in rotation' "$work/gw.log" || true)" -ge 2 ] && break
-    sleep 0.1
-done
+in_rotation "$work/gw.log" 2 || true
 
 # ask PORT CASE [SALT]: one request of a fixed case; prints its canonical
 # outcome (texts, tokens and logprobs of every choice; status for errors).
 # SALT varies the prompt, so that no cache holds it yet.
 ask() {
     $PY - "$1" "$2" "${3:-0}" <<'EOF'
-import json, sys, urllib.request, urllib.error
+import json, os, sys
+sys.path.insert(0, os.path.join(os.environ["INFERD_SRC"], "tests/cluster"))
+from canon import canon
 port, case, salt = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 prompt = [(7919 * (salt + 1) + i * 104729) % 150 + 10 for i in range(333)]
 words = " ".join("wave%d" % ((i * 37 + salt) % 101) for i in range(60))
@@ -69,31 +68,7 @@ elif case == "json":
         "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": {
             "type": "object", "properties": {"x": {"type": "integer"}, "tag": {"type": "string"}},
             "required": ["x", "tag"], "additionalProperties": False}}}}
-req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
-                             {"Content-Type": "application/json"})
-try:
-    with urllib.request.urlopen(req, timeout=120) as r:
-        raw = r.read().decode()
-except urllib.error.HTTPError as e:
-    print("status", e.code, json.loads(e.read()).get("error", {}).get("type"))
-    sys.exit(0)
-if body.get("stream"):
-    text, lps = "", []
-    for line in raw.splitlines():
-        if line.startswith("data: {"):
-            d = json.loads(line[6:])
-            for c in d.get("choices", []):
-                text += c.get("delta", {}).get("content") or ""
-                for t in (c.get("logprobs") or {}).get("content") or []:
-                    lps.append([t["token"], t["logprob"], [x["logprob"] for x in t["top_logprobs"]]])
-    print(json.dumps([text, lps]))
-else:
-    d = json.loads(raw)
-    out = []
-    for c in d["choices"]:
-        out.append([c.get("text") or c.get("message", {}).get("content"), c.get("logprobs"),
-                    c.get("finish_reason")])
-    print(json.dumps([out, d["usage"]["completion_tokens"]]))
+print(canon(port, path, body))
 EOF
 }
 # metric NAME POOL: a gateway pool series' value
@@ -196,10 +171,7 @@ kill "$gw_pid"; wait "$gw_pid" 2>/dev/null || true
     --data-dir "$work/gw-data" >>"$work/gw2.log" 2>&1 &
 gw_pid=$!; pids+=("$gw_pid")
 wait_port "$gw_pid" "$work/gw2.port" "$work/gw2.log"; gw=$port
-for _ in $(seq 1 100); do
-    [ "$(grep -c 'in rotation' "$work/gw2.log" || true)" -ge 2 ] && break
-    sleep 0.1
-done
+in_rotation "$work/gw2.log" 2 || true
 a=$(ask "$gw" chat 4); b=$(ask "$ref" chat 4)
 if [ "$a" = "$b" ] && [ "${#a}" -gt 400 ] &&
     grep -q 'another engine fingerprint.*refused' "$work/dc.log"; then
@@ -219,10 +191,7 @@ kill "$gw_pid"; wait "$gw_pid" 2>/dev/null || true
     --port-file "$work/gw3.port" --data-dir "$work/gw-data" >>"$work/gw3.log" 2>&1 &
 gw_pid=$!; pids+=("$gw_pid")
 wait_port "$gw_pid" "$work/gw3.port" "$work/gw3.log"; gw=$port
-for _ in $(seq 1 100); do
-    [ "$(grep -c 'in rotation' "$work/gw3.log" || true)" -ge 3 ] && break
-    sleep 0.1
-done
+in_rotation "$work/gw3.log" 3 || true
 kill -STOP "$pa_pid"
 a=$(ask "$gw" greedy 5); b=$(ask "$ref" greedy 5)
 kill -CONT "$pa_pid"

@@ -35,16 +35,15 @@ ref_pid=$!; pids+=("$ref_pid")
 wait_port "$ref_pid" "$work/ref.port" "$work/ref.log"; ref=$port
 
 # both workers in rotation (HELLO done) before the comparisons
-for _ in $(seq 1 100); do
-    [ "$(grep -c 'in rotation' "$work/gw.log" || true)" -ge 2 ] && break
-    sleep 0.1
-done
+in_rotation "$work/gw.log" 2 || true
 
 # ask PORT CASE: one request of a fixed case; prints its canonical outcome
 # (texts, tokens and logprobs of every choice; status for errors).
 ask() {
     $PY - "$1" "$2" <<'EOF'
-import json, sys, urllib.request, urllib.error
+import json, os, sys
+sys.path.insert(0, os.path.join(os.environ["INFERD_SRC"], "tests/cluster"))
+from canon import canon
 port, case = int(sys.argv[1]), sys.argv[2]
 prompt = [(7919 + i * 104729) % 150 + 10 for i in range(120)]
 if case == "greedy":
@@ -66,31 +65,7 @@ elif case == "json":
         "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": {
             "type": "object", "properties": {"x": {"type": "integer"}},
             "required": ["x"], "additionalProperties": False}}}}
-req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
-                             {"Content-Type": "application/json"})
-try:
-    with urllib.request.urlopen(req, timeout=120) as r:
-        raw = r.read().decode()
-except urllib.error.HTTPError as e:
-    print("status", e.code, json.loads(e.read()).get("error", {}).get("type"))
-    sys.exit(0)
-if body.get("stream"):
-    text, lps = "", []
-    for line in raw.splitlines():
-        if line.startswith("data: {"):
-            d = json.loads(line[6:])
-            for c in d.get("choices", []):
-                text += c.get("delta", {}).get("content") or ""
-                for t in (c.get("logprobs") or {}).get("content") or []:
-                    lps.append([t["token"], t["logprob"], [x["logprob"] for x in t["top_logprobs"]]])
-    print(json.dumps([text, lps]))
-else:
-    d = json.loads(raw)
-    out = []
-    for c in d["choices"]:
-        out.append([c.get("text") or c.get("message", {}).get("content"), c.get("logprobs"),
-                    c.get("finish_reason")])
-    print(json.dumps([out, d["usage"]["completion_tokens"]]))
+print(canon(port, path, body))
 EOF
 }
 

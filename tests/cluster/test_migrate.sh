@@ -31,10 +31,7 @@ gateway() {
         --port-file "$work/$1.port" --data-dir "$work/$1-data" >>"$work/$1.log" 2>&1 &
     gw_pid=$!; pids+=("$gw_pid")
     wait_port "$gw_pid" "$work/$1.port" "$work/$1.log"; gw=$port
-    for _ in $(seq 1 100); do
-        [ "$(grep -c 'in rotation' "$work/$1.log" || true)" -ge 2 ] && break
-        sleep 0.1
-    done
+    in_rotation "$work/$1.log" 2 || true
 }
 worker wa; wa_pid=$pid; wa_port=$port
 worker wb; wb_pid=$pid; wb_port=$port
@@ -142,10 +139,7 @@ else
 fi
 # the killed worker back on its port
 if [ "$victim" = wa ]; then worker wa "127.0.0.1:$wa_port"; wa_pid=$pid; else worker wb "127.0.0.1:$wb_port"; wb_pid=$pid; fi
-for _ in $(seq 1 100); do
-    [ "$(grep -c 'in rotation' "$work/gw.log" || true)" -ge 3 ] && break
-    sleep 0.1
-done
+in_rotation "$work/gw.log" 3 || true
 
 want=$(stream "$ref" json)
 t0=$(date +%s%N)
@@ -164,10 +158,7 @@ lost=$(metric inferd_cluster_requests_lost_total)
     fail "migrate: counters moved=$moved lost=$lost"
 
 # nowhere to go: the other worker down too, the stream ends with an error
-for _ in $(seq 1 100); do
-    [ "$(grep -c 'in rotation' "$work/gw.log" || true)" -ge 4 ] && break
-    sleep 0.1
-done
+in_rotation "$work/gw.log" 4 || true
 a0=$(submits wa); b0=$(submits wb)
 rm -f "$work/mark"
 stream "$gw" seeded "$work/mark" >"$work/lost.out" &
@@ -187,10 +178,7 @@ fi
 worker wa "127.0.0.1:$wa_port"; wa_pid=$pid
 worker wb "127.0.0.1:$wb_port"; wb_pid=$pid
 g1_pid=$gw_pid; g1=$gw
-for _ in $(seq 1 100); do
-    [ "$(grep -c 'in rotation' "$work/gw.log" || true)" -ge 6 ] && break
-    sleep 0.1
-done
+in_rotation "$work/gw.log" 6 || true
 gateway gw2
 want=$(stream "$ref" seeded)
 rm -f "$work/mark"
