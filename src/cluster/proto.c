@@ -22,9 +22,9 @@ const char *cl_type_name(int type)
         [CL_HELLO] = "HELLO",     [CL_SUBMIT] = "SUBMIT", [CL_TOKEN] = "TOKEN",
         [CL_CANCEL] = "CANCEL",   [CL_STATS] = "STATS",   [CL_KV_BLOCK] = "KV_BLOCK",
         [CL_KV_DONE] = "KV_DONE", [CL_PING] = "PING",     [CL_PONG] = "PONG",
-        [CL_ERROR] = "ERROR",     [CL_BYE] = "BYE",
+        [CL_ERROR] = "ERROR",     [CL_BYE] = "BYE",       [CL_PAUSE] = "PAUSE",
     };
-    return type > 0 && type <= CL_BYE ? names[type] : "?";
+    return type > 0 && type <= CL_TYPE_LAST ? names[type] : "?";
 }
 
 /* Little-endian ----------------------------------------------------------------- */
@@ -57,7 +57,7 @@ int cl_frame_peek(const uint8_t *buf, size_t n, size_t *frame_len, struct err_ms
         return err_set(msg, ERR_PROTOCOL, "frame: protocol version %u, this side speaks %d", buf[4],
                        CL_PROTO_VERSION);
     if (n < CL_HEADER) return 0;
-    if (buf[5] < CL_HELLO || buf[5] > CL_BYE)
+    if (buf[5] < CL_HELLO || buf[5] > CL_TYPE_LAST)
         return err_set(msg, ERR_PROTOCOL, "frame: unknown type %u", buf[5]);
     if (get_le(buf + 6, 2) != 0)
         return err_set(msg, ERR_PROTOCOL, "frame: flags 0x%04x (none are defined)",
@@ -386,6 +386,11 @@ int cl_decode(const uint8_t *buf, size_t len, struct cl_msg *m, struct err_msg *
         break;
     case CL_BYE:
         break;
+    case CL_PAUSE:
+        m->u.pause.request = rd_uint(&r, 8, "request");
+        m->u.pause.paused = (uint8_t)rd_uint(&r, 1, "paused");
+        if (!r.rc && m->u.pause.paused > 1) fail(&r, "paused", "neither 0 nor 1");
+        break;
     }
     if (!r.rc && r.off != r.n) fail(&r, "payload", "bytes after the last field");
     if (r.rc) {
@@ -571,6 +576,10 @@ int cl_encode(const struct cl_msg *m, struct buf *out, struct err_msg *msg)
         put_str(out, m->u.error.message, strlen(m->u.error.message), 2);
         break;
     case CL_BYE:
+        break;
+    case CL_PAUSE:
+        put_le(out, m->u.pause.request, 8);
+        put_le(out, m->u.pause.paused, 1);
         break;
     default:
         out->len = start;

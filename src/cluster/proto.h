@@ -52,6 +52,8 @@
  *   PING      u64 nonce          PONG  u64 nonce (the PING's)
  *   ERROR     u64 request (0: the connection), i32 code, str16 message
  *   BYE       empty: the sender closes after it
+ *   PAUSE     u64 request, u8 paused (1: hold its steps, its KV kept: the
+ *             caller's reader is slow; 0: go on)
  *
  * Every frame from a peer is external input: cl_decode checks the header,
  * every length against what is left, every count against its bound before
@@ -95,6 +97,8 @@ enum cl_type {
     CL_PONG = 9,
     CL_ERROR = 10,
     CL_BYE = 11,
+    CL_PAUSE = 12,
+    CL_TYPE_LAST = CL_PAUSE,
 };
 
 enum cl_role { CL_ROLE_PREFILL = 1, CL_ROLE_DECODE = 2, CL_ROLE_MIXED = 3, CL_ROLE_GATEWAY = 4 };
@@ -219,6 +223,11 @@ struct cl_kv_done {
     uint32_t n_computed; /* prompt tokens the sender computed or attached */
 };
 
+struct cl_pause {
+    uint64_t request;
+    uint8_t paused; /* 0 or 1 */
+};
+
 struct cl_error {
     uint64_t request; /* 0: about the connection */
     int32_t code;     /* an ERR_* code */
@@ -237,6 +246,7 @@ struct cl_msg {
         struct cl_kv_done kv_done;
         uint64_t nonce; /* PING, PONG */
         struct cl_error error;
+        struct cl_pause pause;
     } u;
 };
 

@@ -592,11 +592,16 @@ static void r_cancel(struct node_backend *b, uint64_t tag)
     send_msg(q->w, &m);
 }
 
+/* A slow reader: its request's steps wait on its worker, KV kept (the
+ * same as inferd_pause in one process). A moved request is not paused on
+ * its new worker: its reader's next pause call is. */
 static void r_pause(struct node_backend *b, uint64_t tag, bool paused)
 {
-    (void)b;
-    (void)tag;
-    (void)paused; /* remote.h: not done; the worker's socket fills instead */
+    struct remote *r = remote_of(b);
+    struct rreq *q = u64map_get(&r->tags, tag);
+    if (!q || !q->w->bev) return;
+    struct cl_msg m = {.type = CL_PAUSE, .u.pause = {.request = tag, .paused = paused}};
+    send_msg(q->w, &m);
 }
 
 static size_t r_drain(struct node_backend *b, struct runner_msg **msgs, size_t *cap)

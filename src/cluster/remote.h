@@ -36,8 +36,8 @@
  * has its own table (--kv-ttl).
  *
  * Each gateway keeps its own requests (several share stored responses
- * through Redis, serve/store.h). Not done: pause (a slow client does not
- * pause the worker: TCP flow control does).
+ * through Redis, serve/store.h). A slow reader's pause goes to its worker
+ * (PAUSE), as inferd_pause does in one process.
  */
 #ifndef INFERD_CLUSTER_REMOTE_H
 #define INFERD_CLUSTER_REMOTE_H

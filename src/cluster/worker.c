@@ -546,6 +546,11 @@ static void on_frame(struct wconn *c, const struct cl_msg *m)
     case CL_BYE:
         close_soon(c);
         return;
+    case CL_PAUSE: {
+        uint64_t tag = (uint64_t)(uintptr_t)u64map_get(&c->reqs, m->u.pause.request);
+        if (tag) runner_pause(&w->runner, tag, m->u.pause.paused);
+        return;
+    }
     case CL_TOKEN:
     case CL_KV_BLOCK:
     case CL_KV_DONE: {

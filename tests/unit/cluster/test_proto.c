@@ -191,6 +191,15 @@ TEST(every_other_type_round_trips)
     EXPECT(round_trip(&m, &d) && d.u.error.code == ERR_PROTOCOL);
     m = (struct cl_msg){.type = CL_BYE};
     EXPECT(round_trip(&m, &d) && d.type == CL_BYE);
+    m = (struct cl_msg){.type = CL_PAUSE, .u.pause = {0x42, 1}};
+    EXPECT(round_trip(&m, &d) && d.type == CL_PAUSE && d.u.pause.request == 0x42 &&
+           d.u.pause.paused == 1);
+    m.u.pause.paused = 2; /* neither */
+    struct buf pb = {0};
+    struct err_msg pe = {{0}};
+    EXPECT_EQ_INT(cl_encode(&m, &pb, &pe), ERR_INVALID);
+    EXPECT(strstr(pe.text, "paused") != NULL);
+    buf_release(&pb);
 }
 
 TEST(a_stream_frames_only_whole_frames)

@@ -145,6 +145,28 @@ static void hello(int fd, struct cl_hello *got)
     buf_release(&b);
 }
 
+/* Reads frames for ms milliseconds, counting request id's tokens into *n
+ * and its finish into *fin (STATS and others pass). */
+static void tokens_for(int fd, struct buf *b, uint64_t id, int ms, int *n, int *fin)
+{
+    struct timeval t0, now;
+    gettimeofday(&t0, NULL);
+    for (;;) {
+        gettimeofday(&now, NULL);
+        int left = ms - (int)((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_usec - t0.tv_usec) / 1000);
+        if (left <= 0) return;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, left) <= 0) return;
+        struct cl_msg m;
+        CHECK(read_frame(fd, b, &m)); /* a frame is written whole: it is all there soon */
+        if (m.type == CL_TOKEN && m.u.token.request == id) {
+            *n += m.u.token.token >= 0;
+            if (m.u.token.finish) *fin = m.u.token.finish;
+        }
+        cl_msg_free(&m);
+    }
+}
+
 struct run {
     int n;
     int32_t tok[64];
@@ -311,6 +333,30 @@ TEST(worker_serves_the_protocol)
     }
     EXPECT_EQ_INT(last, INFERD_FINISH_CANCELLED);
     EXPECT(n13 < 200);
+
+    /* PAUSE holds a request's steps (no TOKEN while paused), resuming ends
+     * it whole */
+    fill_submit(&m, 16, false, 120);
+    send_frame(fd, &m);
+    CHECK(next_frame(fd, &b, &r) && r.type == CL_TOKEN && r.u.token.request == 16);
+    cl_msg_free(&r);
+    send_frame(fd, &(struct cl_msg){.type = CL_PAUSE, .u.pause = {16, 1}});
+    int n16 = 1, fin16 = 0;
+    /* what was in flight comes within 300 ms; then nothing for 400 ms */
+    tokens_for(fd, &b, 16, 300, &n16, &fin16);
+    int paused_at = n16;
+    tokens_for(fd, &b, 16, 400, &n16, &fin16);
+    EXPECT_EQ_INT(n16, paused_at);
+    EXPECT_EQ_INT(fin16, 0);
+    EXPECT(paused_at < 120);
+    send_frame(fd, &(struct cl_msg){.type = CL_PAUSE, .u.pause = {16, 0}});
+    while (!fin16 && next_frame(fd, &b, &r)) {
+        n16 += r.u.token.token >= 0;
+        fin16 = r.u.token.finish;
+        cl_msg_free(&r);
+    }
+    EXPECT_EQ_INT(fin16, INFERD_FINISH_LENGTH);
+    EXPECT_EQ_INT(n16, 120);
 
     /* a request the engine refuses is an ERROR for that id only */
     fill_submit(&m, 14, false, 10);
