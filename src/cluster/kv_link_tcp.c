@@ -89,12 +89,15 @@ static void peer_down(struct peer *p, const char *why)
     p->head_have = 0;
     char text[200];
     snprintf(text, sizeof(text), "peer lost: %s", why);
-    while (p->pulls.n) { /* an end may pull again, even here: take one at a time */
-        uint64_t tag = 0;
-        for (size_t i = 0; i < p->pulls.cap && !tag; i++)
-            tag = p->pulls.slots[i].key;
-        end_pull(p->l, p, tag, text);
-    }
+    /* the pulls of this connection, taken first: an end may pull again, on
+     * another peer or on this address anew, and that pull is not ours */
+    size_t n = 0;
+    uint64_t *tags = xmalloc(sizeof(*tags) * (p->pulls.n + 1));
+    for (size_t i = 0; i < p->pulls.cap; i++)
+        if (p->pulls.slots[i].key) tags[n++] = p->pulls.slots[i].key;
+    for (size_t i = 0; i < n; i++)
+        end_pull(p->l, p, tags[i], text);
+    free(tags);
 }
 
 static void peer_frame(struct peer *p, const struct cl_msg *m, uint8_t **blob)
