@@ -55,30 +55,19 @@ struct remote {
     char model[CL_MAX_NAME + 1];
     struct rworker w[MAX_WORKERS];
     int n;
-    struct event *tick; /* reconnects, silence checks */
-    struct u64map tags; /* tag -> struct rreq */
-    int local_prefill;  /* remote_route's bound */
-    int max_ctx;        /* the gateway's context length (prompts are bounded by it) */
-    uint64_t n_resumed; /* requests moved to another worker */
-    uint64_t n_lost;    /* requests ended by a lost worker (none to move to, or too often) */
+    struct event *tick;       /* reconnects, silence checks */
+    struct u64map tags;       /* tag -> struct rreq */
+    int local_prefill;        /* remote_route's bound */
+    struct pol_config policy; /* remote_route's policy */
+    uint64_t n_routed;        /* requests routed (round-robin's count) */
+    int max_ctx;              /* the gateway's context length (prompts are bounded by it) */
+    uint64_t n_resumed;       /* requests moved to another worker */
+    uint64_t n_lost;          /* requests ended by a lost worker (none to move to, or too often) */
     struct runner_msg *out;
     size_t n_out, cap_out;
     struct buf enc;          /* encode scratch */
     struct members *members; /* Redis membership, or NULL (a static list) */
 };
-
-/* The least loaded worker up whose role is in mask (bits 1 << role). */
-static int pick_among(const struct remote_worker_view *w, int n, unsigned mask)
-{
-    int best = -1;
-    long best_load = 0;
-    for (int i = 0; i < n; i++) {
-        if (!w[i].up || !(mask & (1u << w[i].role))) continue;
-        long load = (long)w[i].running + w[i].waiting + w[i].sent;
-        if (best < 0 || load < best_load) best = i, best_load = load;
-    }
-    return best;
-}
 
 /* A request of ours in flight. */
 struct rreq {
@@ -93,19 +82,22 @@ struct rreq {
 
 enum { MAX_MOVES = 3 }; /* a request that kills workers does not kill them all */
 
-int remote_pick(const struct remote_worker_view *w, int n)
+int remote_route(const struct pol_config *c, const struct pol_worker *w, int n,
+                 const struct pol_request *q, int local_prefill, int *prefill)
 {
-    return pick_among(w, n, ~0u);
-}
-
-int remote_route(const struct remote_worker_view *w, int n, int n_prompt, int local_prefill,
-                 int *prefill)
-{
+    const unsigned gen = 1u << CL_ROLE_DECODE | 1u << CL_ROLE_MIXED;
+    const unsigned pre = 1u << CL_ROLE_PREFILL;
     *prefill = -1;
-    int d = pick_among(w, n, 1u << CL_ROLE_DECODE | 1u << CL_ROLE_MIXED);
-    if (d < 0) return remote_pick(w, n);
-    if (n_prompt > local_prefill) *prefill = pick_among(w, n, 1u << CL_ROLE_PREFILL);
-    return d;
+    if (q->n_prompt > local_prefill) {
+        int p = pol_pick_prefill(c, w, n, pre, q);
+        int d = p >= 0 ? pol_pick_decode(c, w, n, gen, q) : -1;
+        if (d >= 0) {
+            *prefill = p;
+            return d;
+        }
+    }
+    int d = pol_pick_prefill(c, w, n, gen, q); /* it computes its own prompt */
+    return d >= 0 ? d : pol_pick_prefill(c, w, n, ~0u, q);
 }
 
 /* Messages to the server ------------------------------------------------------------ */
@@ -155,7 +147,7 @@ static void lost(struct remote *r, uint64_t tag, struct rreq *q, const char *tex
     ended(r, tag, q);
 }
 
-static int route(struct remote *r, int n_prompt, int *pf);
+static int route(struct remote *r, int n_prompt, int max_tokens, int *pf);
 static void kv_peers(struct remote *r, int pf, char *out, size_t cap);
 static bool send_frame(struct rworker *w, const struct buf *b);
 
@@ -176,7 +168,7 @@ static bool move(struct remote *r, uint64_t tag, struct rreq *q)
         if (q->n_out) memcpy(s->prompt + s->n_prompt, q->out, sizeof(int32_t) * (size_t)q->n_out);
         s->n_prompt += (uint32_t)q->n_out;
         s->n_generated = (uint32_t)q->n_out;
-        int pf = -1, k = route(r, (int)s->n_prompt, &pf);
+        int pf = -1, k = route(r, (int)s->n_prompt, (int)(s->max_tokens - s->n_generated), &pf);
         kv_peers(r, pf, s->kv_peer, sizeof(s->kv_peer));
         buf_clear(&r->enc);
         if (k >= 0 && !cl_encode(&m, &r->enc, &e) && send_frame(&r->w[k], &r->enc)) {
@@ -304,6 +296,7 @@ static void on_frame(struct rworker *w, const struct cl_msg *m)
         w->hello = true;
         w->logged_down = false;
         w->role = m->u.hello.role;
+        if (m->u.hello.block_tokens) r->policy.block_tokens = (int)m->u.hello.block_tokens;
         if (m->u.hello.max_ctx && (int64_t)m->u.hello.max_ctx < r->max_ctx)
             log_warn("remote: worker %s serves a context of %u tokens, this gateway bounds "
                      "requests by %d: longer ones fail on it (give the gateway --ctx %u)",
@@ -473,7 +466,7 @@ static void r_submit(struct node_backend *b, uint64_t tag, const struct inferd_r
 {
     (void)ttl_s; /* the workers have their own classes: the name goes */
     struct remote *r = remote_of(b);
-    int pf = -1, k = route(r, q->n_prompt, &pf);
+    int pf = -1, k = route(r, q->n_prompt, q->max_tokens, &pf);
     if (k < 0) {
         submit_error(r, tag, ERR_UNAVAILABLE, "no worker available");
         return;
@@ -569,16 +562,26 @@ static void kv_peers(struct remote *r, int pf, char *out, size_t cap)
 }
 
 /* The snapshot the policy routes on, and its choice (remote_route). */
-static int route(struct remote *r, int n_prompt, int *pf)
+static int route(struct remote *r, int n_prompt, int max_tokens, int *pf)
 {
-    struct remote_worker_view v[MAX_WORKERS];
-    for (int i = 0; i < r->n; i++)
-        v[i] = (struct remote_worker_view){.up = !r->w[i].removed && r->w[i].bev && r->w[i].hello,
-                                           .role = r->w[i].role,
-                                           .running = (int)r->w[i].stats.running,
-                                           .waiting = (int)r->w[i].stats.waiting,
-                                           .sent = r->w[i].sent + r->w[i].prefills};
-    return remote_route(v, r->n, n_prompt, r->local_prefill, pf);
+    struct pol_worker v[MAX_WORKERS];
+    for (int i = 0; i < r->n; i++) {
+        const struct rworker *w = &r->w[i];
+        const struct cl_stats *st = &w->stats;
+        /* what this gateway has on it counts as waiting: its STATS may not
+         * show it yet */
+        v[i] = (struct pol_worker){.up = !w->removed && w->bev && w->hello,
+                                   .role = w->role,
+                                   .running = (int)st->running,
+                                   .waiting = (int)st->waiting + w->sent + w->prefills,
+                                   .queued_tokens = (int64_t)st->queued_tokens,
+                                   .kv_used = (int)st->kv_blocks_used,
+                                   .kv_total = (int)st->kv_blocks_total,
+                                   .ms_fixed = st->step_ms_fixed,
+                                   .ms_per_token = st->step_ms_per_token};
+    }
+    struct pol_request q = {.n_prompt = n_prompt, .max_tokens = max_tokens, .seq = r->n_routed++};
+    return remote_route(&r->policy, v, r->n, &q, r->local_prefill, pf);
 }
 
 static void r_cancel(struct node_backend *b, uint64_t tag)
@@ -700,6 +703,7 @@ int remote_new(struct event_base *base, const char *list, const char *redis, con
     struct remote *r = xcalloc(1, sizeof(*r));
     r->evb = base;
     r->local_prefill = 256;
+    pol_config_default(&r->policy);
     snprintf(r->model, sizeof(r->model), "%s", model);
     int rc = list ? parse_list(list, r->w, &r->n, msg) : 0;
     if (!rc && redis) rc = members_open(redis, model, &r->members, msg);
@@ -733,6 +737,11 @@ struct node_backend *remote_backend(struct remote *r)
 void remote_set_local_prefill(struct remote *r, int n_tokens)
 {
     r->local_prefill = n_tokens;
+}
+
+void remote_set_policy(struct remote *r, enum pol_kind kind)
+{
+    r->policy.kind = kind;
 }
 
 void remote_set_max_ctx(struct remote *r, int max_ctx)

@@ -199,10 +199,14 @@ static int serve_main(int argc, char **argv, bool gateway)
                     "prompts of at most N tokens are prefilled by the\nworker that decodes "
                     "them, longer ones by a prefill\nworker when there is one (default 256)",
                     &c.local_prefill, 0, 1 << 30),
+        CMD_OPT_STR("policy", 0, "NAME",
+                    "routing: balanced (default: the least compute to\nfinish, cache overlap "
+                    "counted), cache-aware,\nleast-loaded, round-robin",
+                    &c.policy),
         CMD_OPT_CALL("listen", 0, "HOST:PORT", "listen address and port in one", set_listen, &c),
         CMD_OPT_END,
     };
-    if (!gateway) opts[ARRAY_LEN(opts) - 5] = opts[ARRAY_LEN(opts) - 1];
+    if (!gateway) opts[ARRAY_LEN(opts) - 6] = opts[ARRAY_LEN(opts) - 1];
     const struct cmd_spec spec = {.name = self,
                                   .synopsis =
                                       gateway ? "-m MODEL.gguf --workers HOST:PORT,... [options]"
@@ -234,6 +238,14 @@ static int serve_main(int argc, char **argv, bool gateway)
         return CMD_EXIT_USAGE;
     }
     store_close(store_probe);
+    enum pol_kind kind;
+    if (gateway && c.policy && !pol_kind_parse(c.policy, &kind)) {
+        fprintf(stderr,
+                "inferd gateway: --policy '%s': expected balanced, cache-aware, least-loaded or "
+                "round-robin\n",
+                c.policy);
+        return CMD_EXIT_USAGE;
+    }
     if (gateway && c.workers && remote_check_list(c.workers, &msg)) {
         fprintf(stderr, "inferd gateway: %s\n", msg.text);
         return CMD_EXIT_USAGE;

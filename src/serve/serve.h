@@ -34,6 +34,8 @@ struct serve_config {
                                     cluster/members.h), with or besides workers */
     int local_prefill;           /* gateway: prompts of at most this many tokens are prefilled
                                     by their decode worker (remote_route) */
+    const char *policy;          /* gateway: routing policy by name (cluster/policy.h; NULL:
+                                    balanced) */
     int n_threads;               /* engine compute threads (0: all cores) */
     int max_ctx;                 /* context length per request (0: min(trained, 4096)) */
     int max_seqs;                /* sequences running at once in the engine */

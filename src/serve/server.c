@@ -424,6 +424,12 @@ int serve_run(const struct serve_config *cfg, struct err_msg *msg)
                              &s.remote, msg)))
             goto out;
         remote_set_local_prefill(s.remote, cfg->local_prefill);
+        enum pol_kind kind = POL_BALANCED;
+        if (cfg->policy && !pol_kind_parse(cfg->policy, &kind)) {
+            rc = err_set(msg, ERR_INVALID, "--policy '%s': unknown", cfg->policy);
+            goto out;
+        }
+        remote_set_policy(s.remote, kind);
         remote_set_max_ctx(s.remote, s.max_ctx);
         s.be = remote_backend(s.remote);
     }

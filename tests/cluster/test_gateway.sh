@@ -6,7 +6,7 @@
 # failures: a worker killed with -9 leaves the other serving; with none
 # left a request is a clean 503 and the gateway lives on; a worker started
 # again on its port is back in rotation; a worker serving another model is
-# refused; bad --workers lists exit 2.
+# refused; bad --workers lists and an unknown --policy exit 2.
 source "$(dirname "$0")/../lib.sh"
 m=$(model tiny-qwen2-q8_0-gw --preset tiny --arch qwen2 --type q8_0)
 scratch gateway
@@ -205,4 +205,9 @@ for bad in "nohost" "127.0.0.1:0" "127.0.0.1:99999" "1.2.3:80" ","; do
         fail "gateway: --workers '$bad': rc=$rc $out"
     fi
 done
+set +e
+out=$("$INFERD_BIN" gateway -m "$m" --workers 127.0.0.1:1 --policy random 2>&1); rc=$?
+set -e
+[ "$rc" -eq 2 ] && grep -q -- "--policy 'random'" <<<"$out" &&
+    ok "gateway: --policy 'random' refused: $out" || fail "gateway: --policy random: rc=$rc $out"
 finish

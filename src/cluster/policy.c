@@ -1,0 +1,145 @@
+/*
+ * policy.c - routing policies (policy.h).
+ */
+#include "cluster/policy.h"
+
+#include <string.h>
+
+static const char *const names[] = {
+    [POL_ROUND_ROBIN] = "round-robin",
+    [POL_LEAST_LOADED] = "least-loaded",
+    [POL_CACHE_AWARE] = "cache-aware",
+    [POL_BALANCED] = "balanced",
+};
+
+void pol_config_default(struct pol_config *c)
+{
+    *c = (struct pol_config){.kind = POL_BALANCED,
+                             .block_tokens = 16,
+                             .chunk_tokens = 512,
+                             .overlap_weight = 1.0,
+                             .dflt_ms_fixed = 20.0,
+                             .dflt_ms_per_token = 1.0};
+}
+
+bool pol_kind_parse(const char *name, enum pol_kind *kind)
+{
+    for (int k = 0; k < (int)(sizeof(names) / sizeof(names[0])); k++)
+        if (!strcmp(name, names[k])) {
+            *kind = (enum pol_kind)k;
+            return true;
+        }
+    return false;
+}
+
+const char *pol_kind_name(enum pol_kind kind)
+{
+    return kind >= POL_ROUND_ROBIN && kind <= POL_BALANCED ? names[kind] : "?";
+}
+
+static bool candidate(const struct pol_worker *w, unsigned roles)
+{
+    return w->up && w->role >= 0 && w->role < 32 && (roles & (1u << w->role));
+}
+
+/* Compute of t prompt tokens on w: a step's fixed cost per chunk, the
+ * per-token cost for each token (the worker's measured line, else the
+ * default one). */
+static double tokens_ms(const struct pol_config *c, const struct pol_worker *w, int64_t t)
+{
+    if (t <= 0) return 0;
+    bool measured = w->ms_per_token > 0;
+    double a = measured ? w->ms_fixed : c->dflt_ms_fixed;
+    double b = measured ? w->ms_per_token : c->dflt_ms_per_token;
+    int64_t chunk = c->chunk_tokens > 0 ? c->chunk_tokens : 512;
+    return (double)((t + chunk - 1) / chunk) * (a > 0 ? a : 0) + (double)t * b;
+}
+
+double pol_prefill_ms(const struct pol_config *c, const struct pol_worker *w,
+                      const struct pol_request *q)
+{
+    /* admission attaches all but the block holding the last prompt token */
+    int usable =
+        q->n_prompt > 0 ? (q->n_prompt - 1) / (c->block_tokens > 0 ? c->block_tokens : 16) : 0;
+    int cached = w->cached_blocks < usable ? w->cached_blocks : usable;
+    return tokens_ms(c, w, (int64_t)q->n_prompt - (int64_t)cached * c->block_tokens);
+}
+
+double pol_backlog_ms(const struct pol_config *c, const struct pol_worker *w)
+{
+    return tokens_ms(c, w, w->queued_tokens);
+}
+
+static long load_of(const struct pol_worker *w)
+{
+    return (long)w->running + w->waiting;
+}
+
+/* The simple policies, shared by both picks. */
+static int pick_simple(const struct pol_config *c, const struct pol_worker *w, int n,
+                       unsigned roles, const struct pol_request *q)
+{
+    if (c->kind == POL_ROUND_ROBIN) {
+        int count = 0;
+        for (int i = 0; i < n; i++)
+            count += candidate(&w[i], roles);
+        if (!count) return -1;
+        int k = (int)(q->seq % (uint64_t)count);
+        for (int i = 0; i < n; i++)
+            if (candidate(&w[i], roles) && k-- == 0) return i;
+        return -1;
+    }
+    int best = -1;
+    double best_score = 0;
+    for (int i = 0; i < n; i++) {
+        if (!candidate(&w[i], roles)) continue;
+        /* lower is better */
+        double score = c->kind == POL_CACHE_AWARE
+                           ? (double)load_of(&w[i]) - c->overlap_weight * w[i].cached_blocks
+                           : (double)load_of(&w[i]);
+        if (best < 0 || score < best_score) best = i, best_score = score;
+    }
+    return best;
+}
+
+int pol_pick_prefill(const struct pol_config *c, const struct pol_worker *w, int n, unsigned roles,
+                     const struct pol_request *q)
+{
+    if (c->kind != POL_BALANCED) return pick_simple(c, w, n, roles, q);
+    int best = -1;
+    double best_ms = 0;
+    long best_load = 0;
+    for (int i = 0; i < n; i++) {
+        if (!candidate(&w[i], roles)) continue;
+        double ms = pol_backlog_ms(c, &w[i]) + pol_prefill_ms(c, &w[i], q);
+        long load = load_of(&w[i]);
+        if (best < 0 || ms < best_ms || (ms == best_ms && load < best_load))
+            best = i, best_ms = ms, best_load = load;
+    }
+    return best;
+}
+
+int pol_pick_decode(const struct pol_config *c, const struct pol_worker *w, int n, unsigned roles,
+                    const struct pol_request *q)
+{
+    if (c->kind != POL_BALANCED) return pick_simple(c, w, n, roles, q);
+    const int bt = c->block_tokens > 0 ? c->block_tokens : 16;
+    const int need = (q->n_prompt + q->max_tokens + bt - 1) / bt;
+    int best = -1;
+    bool best_fits = false;
+    double best_frac = 0;
+    long best_load = 0;
+    for (int i = 0; i < n; i++) {
+        if (!candidate(&w[i], roles)) continue;
+        /* a worker whose pool lacks room for the whole request is chosen
+         * only when none has room (it would preempt) */
+        bool fits = w[i].kv_total <= 0 || w[i].kv_total - w[i].kv_used >= need;
+        double frac = w[i].kv_total > 0 ? (double)(w[i].kv_used + need) / w[i].kv_total : 0;
+        long load = load_of(&w[i]);
+        bool better =
+            best < 0 || (fits && !best_fits) ||
+            (fits == best_fits && (frac < best_frac || (frac == best_frac && load < best_load)));
+        if (better) best = i, best_fits = fits, best_frac = frac, best_load = load;
+    }
+    return best;
+}

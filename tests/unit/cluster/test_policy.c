@@ -1,0 +1,185 @@
+/*
+ * test_policy.c - the routing policies (cluster/policy.h) and the gateway's
+ * route over them (remote_route) on hand-made snapshots: every rule, ties,
+ * empty pools, a worker with no room, round-robin's order, and the same
+ * snapshot giving the same answer.
+ */
+#include "test.h"
+
+#include "cluster/policy.h"
+#include "cluster/proto.h"
+#include "cluster/remote.h"
+
+#include <string.h>
+
+static const unsigned all = ~0u;
+static const unsigned gen = 1u << CL_ROLE_DECODE | 1u << CL_ROLE_MIXED;
+static const unsigned pre = 1u << CL_ROLE_PREFILL;
+
+static struct pol_worker worker(int role, int running, int waiting)
+{
+    return (struct pol_worker){.up = true,
+                               .role = role,
+                               .running = running,
+                               .waiting = waiting,
+                               .kv_total = 1000,
+                               .ms_fixed = 10,
+                               .ms_per_token = 1};
+}
+
+static struct pol_config cfg(enum pol_kind kind)
+{
+    struct pol_config c;
+    pol_config_default(&c);
+    c.kind = kind;
+    return c;
+}
+
+TEST(empty_pools_and_roles)
+{
+    struct pol_config c = cfg(POL_BALANCED);
+    struct pol_request q = {.n_prompt = 100, .max_tokens = 10};
+    EXPECT_EQ_INT(pol_pick_prefill(&c, NULL, 0, all, &q), -1);
+    struct pol_worker w[2] = {worker(CL_ROLE_DECODE, 0, 0), worker(CL_ROLE_DECODE, 0, 0)};
+    w[0].up = false;
+    EXPECT_EQ_INT(pol_pick_prefill(&c, w, 2, pre, &q), -1); /* no prefill worker */
+    EXPECT_EQ_INT(pol_pick_decode(&c, w, 2, gen, &q), 1);   /* the one up */
+    w[1].up = false;
+    for (int k = 0; k <= POL_BALANCED; k++) {
+        c.kind = (enum pol_kind)k;
+        EXPECT_EQ_INT(pol_pick_prefill(&c, w, 2, all, &q), -1);
+        EXPECT_EQ_INT(pol_pick_decode(&c, w, 2, all, &q), -1);
+    }
+}
+
+TEST(least_loaded_and_ties)
+{
+    struct pol_config c = cfg(POL_LEAST_LOADED);
+    struct pol_request q = {.n_prompt = 10, .max_tokens = 10};
+    struct pol_worker w[3] = {worker(CL_ROLE_MIXED, 2, 1), worker(CL_ROLE_MIXED, 1, 1),
+                              worker(CL_ROLE_MIXED, 1, 1)};
+    EXPECT_EQ_INT(pol_pick_prefill(&c, w, 3, all, &q), 1); /* a tie: the lower index */
+    w[0].running = 0;
+    EXPECT_EQ_INT(pol_pick_prefill(&c, w, 3, all, &q), 0);
+}
+
+TEST(round_robin_cycles_over_candidates)
+{
+    struct pol_config c = cfg(POL_ROUND_ROBIN);
+    struct pol_worker w[4] = {worker(CL_ROLE_MIXED, 9, 9), worker(CL_ROLE_PREFILL, 0, 0),
+                              worker(CL_ROLE_MIXED, 0, 0), worker(CL_ROLE_MIXED, 0, 0)};
+    w[3].up = false;
+    int seen[4] = {0};
+    for (uint64_t s = 0; s < 6; s++) {
+        struct pol_request q = {.n_prompt = 10, .max_tokens = 1, .seq = s};
+        int k = pol_pick_prefill(&c, w, 4, gen, &q);
+        EXPECT(k == 0 || k == 2);
+        seen[k]++;
+        EXPECT_EQ_INT(k, s % 2 ? 2 : 0); /* load plays no part */
+    }
+    EXPECT_EQ_INT(seen[0], 3);
+    EXPECT_EQ_INT(seen[2], 3);
+}
+
+TEST(cache_aware_trades_blocks_against_requests)
+{
+    struct pol_config c = cfg(POL_CACHE_AWARE);
+    c.overlap_weight = 0.5;
+    struct pol_request q = {.n_prompt = 200, .max_tokens = 10};
+    struct pol_worker w[2] = {worker(CL_ROLE_MIXED, 1, 0), worker(CL_ROLE_MIXED, 4, 0)};
+    w[1].cached_blocks = 4; /* worth 2 requests: 4 - 2 = 2 > 1 */
+    EXPECT_EQ_INT(pol_pick_prefill(&c, w, 2, all, &q), 0);
+    w[1].cached_blocks = 8; /* worth 4: 4 - 4 = 0 < 1 */
+    EXPECT_EQ_INT(pol_pick_prefill(&c, w, 2, all, &q), 1);
+}
+
+TEST(balanced_prefill_prices_overlap_and_backlog)
+{
+    struct pol_config c = cfg(POL_BALANCED);
+    struct pol_request q = {.n_prompt = 1000, .max_tokens = 10};
+    struct pol_worker w[2] = {worker(CL_ROLE_PREFILL, 0, 0), worker(CL_ROLE_PREFILL, 0, 0)};
+    /* the same cost line; worker 1 holds 50 blocks (800 tokens) of the prompt */
+    w[1].cached_blocks = 50;
+    EXPECT(pol_prefill_ms(&c, &w[1], &q) < pol_prefill_ms(&c, &w[0], &q));
+    EXPECT_EQ_INT(pol_pick_prefill(&c, w, 2, pre, &q), 1);
+    /* until its backlog costs more than the overlap saves (800 tokens x 1 ms) */
+    w[1].queued_tokens = 700;
+    EXPECT_EQ_INT(pol_pick_prefill(&c, w, 2, pre, &q), 1);
+    w[1].queued_tokens = 1200;
+    EXPECT_EQ_INT(pol_pick_prefill(&c, w, 2, pre, &q), 0);
+    /* a faster worker (its measured cost) takes a longer backlog */
+    w[0].queued_tokens = 1000;
+    w[1].cached_blocks = 0;
+    w[1].queued_tokens = 1000;
+    w[1].ms_per_token = 0.25;
+    EXPECT_EQ_INT(pol_pick_prefill(&c, w, 2, pre, &q), 1);
+    /* at most the blocks admission attaches count: all but the last token's */
+    struct pol_worker all_cached = worker(CL_ROLE_PREFILL, 0, 0);
+    all_cached.cached_blocks = 1000;
+    struct pol_request whole = {.n_prompt = 64, .max_tokens = 1};
+    EXPECT(pol_prefill_ms(&c, &all_cached, &whole) > 0); /* the last block is computed */
+    /* a worker not measured yet is priced by the default line */
+    struct pol_worker fresh = worker(CL_ROLE_PREFILL, 0, 0);
+    fresh.ms_per_token = 0;
+    fresh.ms_fixed = 0;
+    EXPECT(pol_prefill_ms(&c, &fresh, &whole) ==
+           c.dflt_ms_fixed + 64 * c.dflt_ms_per_token); /* one chunk */
+}
+
+TEST(balanced_decode_by_kv_with_room)
+{
+    struct pol_config c = cfg(POL_BALANCED);
+    struct pol_request q = {.n_prompt = 160, .max_tokens = 160}; /* 20 blocks */
+    struct pol_worker w[3] = {worker(CL_ROLE_DECODE, 1, 0), worker(CL_ROLE_DECODE, 5, 0),
+                              worker(CL_ROLE_DECODE, 0, 0)};
+    w[0].kv_used = 600;
+    w[1].kv_used = 100; /* more requests, less KV: chosen */
+    w[2].kv_used = 990; /* no room for 20 blocks */
+    EXPECT_EQ_INT(pol_pick_decode(&c, w, 3, gen, &q), 1);
+    w[1].kv_used = 600; /* a tie on KV: fewer requests */
+    EXPECT_EQ_INT(pol_pick_decode(&c, w, 3, gen, &q), 0);
+    w[0].kv_used = w[1].kv_used = 995; /* nobody has room: the least full */
+    EXPECT_EQ_INT(pol_pick_decode(&c, w, 3, gen, &q), 2);
+}
+
+TEST(the_gateway_routes_by_the_policy)
+{
+    struct pol_config c = cfg(POL_BALANCED);
+    struct pol_worker w[3] = {worker(CL_ROLE_PREFILL, 0, 0), worker(CL_ROLE_DECODE, 0, 0),
+                              worker(CL_ROLE_DECODE, 0, 0)};
+    w[1].kv_used = 500;
+    struct pol_request longp = {.n_prompt = 2000, .max_tokens = 16};
+    int pf = 7;
+    EXPECT_EQ_INT(remote_route(&c, w, 3, &longp, 256, &pf), 2);
+    EXPECT_EQ_INT(pf, 0);
+    /* a short prompt is prefilled where it decodes */
+    struct pol_request shortp = {.n_prompt = 100, .max_tokens = 16};
+    w[2].queued_tokens = 5000;
+    EXPECT_EQ_INT(remote_route(&c, w, 3, &shortp, 256, &pf), 1); /* least backlog */
+    EXPECT_EQ_INT(pf, -1);
+    /* no prefill worker: the decode worker prefills the long one too */
+    w[0].up = false;
+    EXPECT_EQ_INT(remote_route(&c, w, 3, &longp, 256, &pf), 1);
+    EXPECT_EQ_INT(pf, -1);
+    /* only prefill workers: they run whole requests */
+    struct pol_worker p[2] = {worker(CL_ROLE_PREFILL, 3, 0), worker(CL_ROLE_PREFILL, 0, 0)};
+    EXPECT_EQ_INT(remote_route(&c, p, 2, &longp, 256, &pf), 1);
+    EXPECT_EQ_INT(pf, -1);
+    /* two gateways, one snapshot: one answer */
+    struct pol_worker copy[3];
+    memcpy(copy, w, sizeof(w));
+    int pf2 = 0;
+    EXPECT_EQ_INT(remote_route(&c, copy, 3, &longp, 256, &pf2),
+                  remote_route(&c, w, 3, &longp, 256, &pf));
+    EXPECT_EQ_INT(pf2, pf);
+}
+
+TEST(names)
+{
+    enum pol_kind k;
+    EXPECT(pol_kind_parse("cache-aware", &k) && k == POL_CACHE_AWARE);
+    EXPECT(!pol_kind_parse("random", &k));
+    EXPECT(strcmp(pol_kind_name(POL_BALANCED), "balanced") == 0);
+}
+
+TEST_MAIN()
