@@ -43,6 +43,19 @@ wait_port() {
     return 1
 }
 
+# front NAME CMD ARGS...: `inferd CMD ARGS` (serve or gateway) on a free
+# port in the background, its port file, data directory and log named after
+# NAME under $work; sets $pid and $port once it listens.
+front() {
+    local name=$1; shift
+    rm -f "$work/$name.port"
+    "$INFERD_BIN" "$@" --port 0 --port-file "$work/$name.port" --data-dir "$work/$name-data" \
+        >>"$work/$name.log" 2>&1 &
+    pid=$!
+    pids+=("$pid")
+    wait_port "$pid" "$work/$name.port" "$work/$name.log"
+}
+
 # in_rotation LOG N: waits (10 s at most) until a gateway's LOG says N
 # workers came into rotation, counting from its start.
 in_rotation() {

@@ -73,14 +73,7 @@ print(f"# {cpu}, {os.cpu_count()} cores, INFERD_ISA={isa}, model {os.path.basena
 
 
 def wait_port(name, proc):
-    portf, logf = run.path(name + ".port"), run.path(name + ".log")
-    for _ in range(600):
-        if os.path.exists(portf) and os.path.getsize(portf) > 0:
-            return int(open(portf).read())
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    run.fail(f"{name} did not start:\n" + open(logf).read()[-2000:])
+    return run.wait_port(run.path(name + ".port"), proc, run.path(name + ".log"))
 
 
 def worker(name, role):

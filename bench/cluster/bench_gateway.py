@@ -37,30 +37,20 @@ run = Run("bench_gateway")
 B = args.inferd
 
 
-def wait_file(path, proc, log):
-    for _ in range(300):
-        if os.path.exists(path) and os.path.getsize(path) > 0:
-            return int(open(path).read())
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    run.fail(f"did not start: {open(log).read()[-2000:]}")
-
-
 model = run.path("tiny.gguf")
 subprocess.run([B, "model", "make", "--preset", "tiny", "-o", model], check=True,
                stdout=subprocess.DEVNULL)
 logs = {k: open(run.path(k + ".log"), "w") for k in ["worker", "gateway", "mock"]}
 w = run.spawn([B, "worker", "--mock", "-m", model, "--listen", "127.0.0.1:0", "--port-file",
                run.path("w.port")], stdout=logs["worker"], stderr=subprocess.STDOUT)
-wp = wait_file(run.path("w.port"), w, run.path("worker.log"))
+wp = run.wait_port(run.path("w.port"), w, run.path("worker.log"))
 g = run.spawn([B, "gateway", "-m", model, "--name", "tiny", "--workers", f"127.0.0.1:{wp}",
                "--port", "0", "--port-file", run.path("g.port"), "--prep-threads", "1",
                "--data-dir", run.path("gdata")], stdout=logs["gateway"], stderr=subprocess.STDOUT)
-gp = wait_file(run.path("g.port"), g, run.path("gateway.log"))
+gp = run.wait_port(run.path("g.port"), g, run.path("gateway.log"))
 mk = run.spawn([B, "bench-mock", "--port", "0", "--port-file", run.path("m.port"),
                 "--ttft-ms", "0", "--itl-ms", "0"], stdout=logs["mock"], stderr=subprocess.STDOUT)
-mp = wait_file(run.path("m.port"), mk, run.path("mock.log"))
+mp = run.wait_port(run.path("m.port"), mk, run.path("mock.log"))
 time.sleep(1.0)  # the worker's HELLO
 
 

@@ -36,6 +36,17 @@ class Run:
         self.cleanup()
         sys.exit(1)
 
+    def wait_port(self, portf, proc, logf, tries=600):
+        """The port a process wrote to portf once it listens; fails the run
+        (with the end of its log) when it exits or takes a minute."""
+        for _ in range(tries):
+            if os.path.exists(portf) and os.path.getsize(portf) > 0:
+                return int(open(portf).read())
+            if proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.fail(f"{os.path.basename(logf)}: did not start:\n" + open(logf).read()[-2000:])
+
     def serve(self, inferd, model, name, flags):
         """Starts `inferd serve` on a free port with its own data directory
         and log (both named after name), flags after the common ones;
@@ -46,10 +57,4 @@ class Run:
         cmd = [inferd, "serve", "-m", model, "--name", "m", "--port", "0", "--port-file", portf,
                "--data-dir", self.path("data-" + name)] + list(flags)
         p = self.spawn(cmd, stdout=open(logf, "a"), stderr=subprocess.STDOUT)
-        for _ in range(600):
-            if os.path.exists(portf) and os.path.getsize(portf) > 0:
-                return p, int(open(portf).read())
-            if p.poll() is not None:
-                break
-            time.sleep(0.1)
-        self.fail(f"server {name} did not start:\n" + open(logf).read()[-2000:])
+        return p, self.wait_port(portf, p, logf)

@@ -27,50 +27,20 @@ worker() {
 
 worker pf prefill; pf_pid=$pid; pf_port=$port
 worker dc decode; dc_pid=$pid; dc_port=$port
-"$INFERD_BIN" gateway -m "$m" --name tiny --ctx 1024 --local-prefill 0 \
-    --workers "127.0.0.1:$pf_port,127.0.0.1:$dc_port" --port 0 --port-file "$work/gw.port" \
-    --data-dir "$work/gw-data" >>"$work/gw.log" 2>&1 &
-gw_pid=$!; pids+=("$gw_pid")
-wait_port "$gw_pid" "$work/gw.port" "$work/gw.log"; gw=$port
-"$INFERD_BIN" serve -m "$m" --name tiny --port 0 --port-file "$work/ref.port" --threads 1 \
-    --ctx 1024 --data-dir "$work/ref-data" --kv-tier none >>"$work/ref.log" 2>&1 &
-ref_pid=$!; pids+=("$ref_pid")
-wait_port "$ref_pid" "$work/ref.port" "$work/ref.log"; ref=$port
+front gw gateway -m "$m" --name tiny --ctx 1024 --local-prefill 0 \
+    --workers "127.0.0.1:$pf_port,127.0.0.1:$dc_port"
+gw_pid=$pid; gw=$port
+front ref serve -m "$m" --name tiny --threads 1 --ctx 1024 --kv-tier none; ref=$port
 in_rotation "$work/gw.log" 2 || true
 
-# ask PORT CASE [SALT]: one request of a fixed case; prints its canonical
+# ask PORT CASE [SALT]: one request of a fixed case (canon.py); prints its canonical
 # outcome (texts, tokens and logprobs of every choice; status for errors).
 # SALT varies the prompt, so that no cache holds it yet.
 ask() {
-    $PY - "$1" "$2" "${3:-0}" <<'EOF'
-import json, os, sys
-sys.path.insert(0, os.path.join(os.environ["INFERD_SRC"], "tests/cluster"))
-from canon import canon
-port, case, salt = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-prompt = [(7919 * (salt + 1) + i * 104729) % 150 + 10 for i in range(333)]
-words = " ".join("wave%d" % ((i * 37 + salt) % 101) for i in range(60))
-if case == "greedy":
-    path, body = "/v1/completions", {"model": "tiny", "prompt": prompt, "max_tokens": 400,
-                                     "temperature": 0, "logprobs": 3, "ignore_eos": True}
-elif case == "seeded":
-    path, body = "/v1/completions", {"model": "tiny", "prompt": prompt, "max_tokens": 300,
-                                     "temperature": 0.9, "top_p": 0.95, "seed": 11, "n": 2,
-                                     "presence_penalty": 0.4, "logprobs": 2, "ignore_eos": True}
-elif case == "chat":
-    path, body = "/v1/chat/completions", {
-        "model": "tiny", "stream": True, "max_tokens": 300, "temperature": 0.7, "seed": 3,
-        "logprobs": True, "top_logprobs": 2,
-        "messages": [{"role": "user", "content": "Say something about these: " + words}]}
-elif case == "json":
-    path, body = "/v1/chat/completions", {
-        "model": "tiny", "max_tokens": 200, "temperature": 0.8, "seed": 5,
-        "messages": [{"role": "user", "content": "A point, please, given " + words}],
-        "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": {
-            "type": "object", "properties": {"x": {"type": "integer"}, "tag": {"type": "string"}},
-            "required": ["x", "tag"], "additionalProperties": False}}}}
-print(canon(port, path, body))
-EOF
+    $PY "$INFERD_SRC/tests/cluster/canon.py" "$1" "$2" 333 "$(out_of "$2")" "${3:-0}"
 }
+# out_of CASE: its output tokens (several hundred: long streams)
+out_of() { case $1 in greedy) echo 400 ;; json) echo 200 ;; *) echo 300 ;; esac; }
 # metric NAME POOL: a gateway pool series' value
 metric() {
     local met
@@ -166,11 +136,9 @@ mkdir -p "$work/other"
 worker pf2 prefill "$work/other/$(basename "$m")"; pf2_port=$port
 # the gateway takes it from a second gateway's list: restart ours with it
 kill "$gw_pid"; wait "$gw_pid" 2>/dev/null || true
-"$INFERD_BIN" gateway -m "$m" --name tiny --ctx 1024 --local-prefill 0 \
-    --workers "127.0.0.1:$pf2_port,127.0.0.1:$dc_port" --port 0 --port-file "$work/gw2.port" \
-    --data-dir "$work/gw-data" >>"$work/gw2.log" 2>&1 &
-gw_pid=$!; pids+=("$gw_pid")
-wait_port "$gw_pid" "$work/gw2.port" "$work/gw2.log"; gw=$port
+front gw2 gateway -m "$m" --name tiny --ctx 1024 --local-prefill 0 \
+    --workers "127.0.0.1:$pf2_port,127.0.0.1:$dc_port"
+gw_pid=$pid; gw=$port
 in_rotation "$work/gw2.log" 2 || true
 a=$(ask "$gw" chat 4); b=$(ask "$ref" chat 4)
 if [ "$a" = "$b" ] && [ "${#a}" -gt 400 ] &&
@@ -186,11 +154,9 @@ fi
 worker pa prefill; pa_pid=$pid; pa_port=$port
 worker pb prefill; pb_port=$port
 kill "$gw_pid"; wait "$gw_pid" 2>/dev/null || true
-"$INFERD_BIN" gateway -m "$m" --name tiny --ctx 1024 --local-prefill 0 \
-    --workers "127.0.0.1:$pa_port,127.0.0.1:$pb_port,127.0.0.1:$dc_port" --port 0 \
-    --port-file "$work/gw3.port" --data-dir "$work/gw-data" >>"$work/gw3.log" 2>&1 &
-gw_pid=$!; pids+=("$gw_pid")
-wait_port "$gw_pid" "$work/gw3.port" "$work/gw3.log"; gw=$port
+front gw3 gateway -m "$m" --name tiny --ctx 1024 --local-prefill 0 \
+    --workers "127.0.0.1:$pa_port,127.0.0.1:$pb_port,127.0.0.1:$dc_port"
+gw_pid=$pid; gw=$port
 in_rotation "$work/gw3.log" 3 || true
 kill -STOP "$pa_pid"
 a=$(ask "$gw" greedy 5); b=$(ask "$ref" greedy 5)

@@ -24,15 +24,9 @@ worker() {
 
 worker wa; wa_pid=$pid; wa_port=$port
 worker wb; wb_pid=$pid; wb_port=$port
-"$INFERD_BIN" gateway -m "$m" --name tiny --ctx 512 \
-    --workers "127.0.0.1:$wa_port,127.0.0.1:$wb_port" --port 0 --port-file "$work/gw.port" \
-    --data-dir "$work/gw-data" >>"$work/gw.log" 2>&1 &
-gw_pid=$!; pids+=("$gw_pid")
-wait_port "$gw_pid" "$work/gw.port" "$work/gw.log"; gw=$port
-"$INFERD_BIN" serve -m "$m" --name tiny --port 0 --port-file "$work/ref.port" --threads 1 \
-    --ctx 512 --data-dir "$work/ref-data" --kv-tier none >>"$work/ref.log" 2>&1 &
-ref_pid=$!; pids+=("$ref_pid")
-wait_port "$ref_pid" "$work/ref.port" "$work/ref.log"; ref=$port
+front gw gateway -m "$m" --name tiny --ctx 512 --workers "127.0.0.1:$wa_port,127.0.0.1:$wb_port"
+gw_pid=$pid; gw=$port
+front ref serve -m "$m" --name tiny --threads 1 --ctx 512 --kv-tier none; ref=$port
 
 # both workers in rotation (HELLO done) before the comparisons
 in_rotation "$work/gw.log" 2 || true
@@ -40,34 +34,9 @@ in_rotation "$work/gw.log" 2 || true
 # ask PORT CASE: one request of a fixed case; prints its canonical outcome
 # (texts, tokens and logprobs of every choice; status for errors).
 ask() {
-    $PY - "$1" "$2" <<'EOF'
-import json, os, sys
-sys.path.insert(0, os.path.join(os.environ["INFERD_SRC"], "tests/cluster"))
-from canon import canon
-port, case = int(sys.argv[1]), sys.argv[2]
-prompt = [(7919 + i * 104729) % 150 + 10 for i in range(120)]
-if case == "greedy":
-    path, body = "/v1/completions", {"model": "tiny", "prompt": prompt, "max_tokens": 200,
-                                     "temperature": 0, "logprobs": 3, "ignore_eos": True}
-elif case == "seeded":
-    path, body = "/v1/completions", {"model": "tiny", "prompt": prompt, "max_tokens": 64,
-                                     "temperature": 0.9, "top_p": 0.95, "seed": 11, "n": 2,
-                                     "presence_penalty": 0.4, "logprobs": 2, "ignore_eos": True}
-elif case == "chat":
-    path, body = "/v1/chat/completions", {
-        "model": "tiny", "stream": True, "max_tokens": 48, "temperature": 0.7, "seed": 3,
-        "logprobs": True, "top_logprobs": 2,
-        "messages": [{"role": "user", "content": "Say something about the sea."}]}
-elif case == "json":
-    path, body = "/v1/chat/completions", {
-        "model": "tiny", "max_tokens": 60, "temperature": 0,
-        "messages": [{"role": "user", "content": "A point, please."}],
-        "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": {
-            "type": "object", "properties": {"x": {"type": "integer"}},
-            "required": ["x"], "additionalProperties": False}}}}
-print(canon(port, path, body))
-EOF
+    $PY "$INFERD_SRC/tests/cluster/canon.py" "$1" "$2" 120 "$(out_of "$2")" 0
 }
+out_of() { case $1 in greedy) echo 200 ;; seeded) echo 64 ;; chat) echo 48 ;; *) echo 60 ;; esac; }
 
 for case in greedy seeded chat json; do
     a=$(ask "$gw" "$case"); b=$(ask "$ref" "$case")

@@ -26,20 +26,14 @@ worker() {
 }
 # gateway NAME: sets $gw_pid and $gw.
 gateway() {
-    "$INFERD_BIN" gateway -m "$m" --name s --ctx 1024 \
-        --workers "127.0.0.1:$wa_port,127.0.0.1:$wb_port" --port 0 \
-        --port-file "$work/$1.port" --data-dir "$work/$1-data" >>"$work/$1.log" 2>&1 &
-    gw_pid=$!; pids+=("$gw_pid")
-    wait_port "$gw_pid" "$work/$1.port" "$work/$1.log"; gw=$port
+    front "$1" gateway -m "$m" --name s --ctx 1024 --workers "127.0.0.1:$wa_port,127.0.0.1:$wb_port"
+    gw_pid=$pid; gw=$port
     in_rotation "$work/$1.log" 2 || true
 }
 worker wa; wa_pid=$pid; wa_port=$port
 worker wb; wb_pid=$pid; wb_port=$port
 gateway gw
-"$INFERD_BIN" serve -m "$m" --name s --port 0 --port-file "$work/ref.port" --threads 1 \
-    --ctx 1024 --data-dir "$work/ref-data" --kv-tier none >>"$work/ref.log" 2>&1 &
-ref_pid=$!; pids+=("$ref_pid")
-wait_port "$ref_pid" "$work/ref.port" "$work/ref.log"; ref=$port
+front ref serve -m "$m" --name s --threads 1 --ctx 1024 --kv-tier none; ref=$port
 
 # stream PORT CASE [MARK]: one streamed request of a fixed case; prints its
 # canonical outcome (text, and each token's logprob and alternatives; or

@@ -17,12 +17,8 @@ pids+=($!)
 wait_port "$!" "$work/w.port" "$work/w.log"; wp=$port
 # gateway NAME: sets $port
 gateway() {
-    "$INFERD_BIN" gateway -m "$m" --name tiny --ctx 512 --workers "127.0.0.1:$wp" \
-        --store "unix:$sock" --port 0 --port-file "$work/$1.port" --data-dir "$work/$1-data" \
-        >>"$work/$1.log" 2>&1 &
-    pids+=($!)
-    wait_port "$!" "$work/$1.port" "$work/$1.log"
-    for _ in $(seq 1 100); do grep -q 'in rotation' "$work/$1.log" && break; sleep 0.1; done
+    front "$1" gateway -m "$m" --name tiny --ctx 512 --workers "127.0.0.1:$wp" --store "unix:$sock"
+    in_rotation "$work/$1.log" 1 || true
 }
 gateway ga; ga=$port
 gateway gb; gb=$port
