@@ -307,13 +307,14 @@ int cmd_logits(int argc, char **argv)
     int rc = 1;
     const int V = m->hp.n_vocab, bt = 16;
     struct kv_pool kv;
-    struct kv_pool_config kc = {
-        m->hp.n_layer,
-        m->hp.n_head_kv,
-        m->hp.head_dim,
-        bt,
-        n_toks / bt + 1,
-        kvt == INFERD_KV_F32 ? DTYPE_F32 : kvt == INFERD_KV_BF16 ? DTYPE_BF16 : DTYPE_F16};
+    struct kv_pool_config kc = {.n_layer = m->hp.n_layer,
+                                .n_kv_head = m->hp.n_head_kv,
+                                .head_dim = m->hp.head_dim,
+                                .block_tokens = bt,
+                                .n_blocks = n_toks / bt + 1,
+                                .dtype = kvt == INFERD_KV_F32    ? DTYPE_F32
+                                         : kvt == INFERD_KV_BF16 ? DTYPE_BF16
+                                                                 : DTYPE_F16};
     struct tpool *pool = NULL;
     struct fwd_ctx *fwd = NULL;
     struct kv_seq seq = {0};

@@ -70,6 +70,7 @@
 #include "engine/constrain.h"
 #include "engine/forward.h"
 #include "engine/sampler.h"
+#include "engine/sched.h"
 #include "engine/stepcost.h"
 #include "kernels/kernels.h"
 #include "base/timeutil.h"
@@ -104,34 +105,15 @@ struct inferd_compiled_grammar {
     struct grammar *g;                /* one reference */
 };
 
-enum req_state { REQ_STATE_WAITING, REQ_STATE_RUNNING, REQ_STATE_FINISHED };
-
+/* A request: the scheduler's part (sched.h) first, then what the forward
+ * pass and sampling need. */
 struct req {
-    uint64_t id;              /* handle given to the caller; arrival order */
-    enum req_state state;     /* lifecycle */
-    int priority;             /* higher first */
+    struct sched_req s;       /* scheduling state (first: the scheduler's pointer is ours) */
     int32_t *tokens;          /* (cap) prompt then generated tokens */
-    int n_prompt;             /* prompt length */
-    int n_tokens;             /* prompt + generated */
     int cap;                  /* allocated entries of tokens */
-    int n_computed;           /* positions whose K/V are in the cache */
-    int max_tokens;           /* generation limit */
     bool ignore_eos;          /* do not stop at end-of-generation tokens */
-    bool admitted;            /* was admitted at least once */
-    bool paused;              /* inferd_pause: not scheduled (its KV stays) */
-    bool held;                /* inferd_request.hold: waits on a tier load, not admitted */
-    double t_submit;          /* time_now_s() at submit */
-    double queue_s;           /* submit -> first admission, seconds */
-    int n_cached_prompt;      /* usage: prompt tokens attached at first admission */
     struct sampler_params sp; /* sampling parameters (bias array owned) */
-    struct kv_seq kv;         /* block table */
     struct kv_block_id extra; /* extra key of block ids (cache salt hash) */
-    struct kv_block_id *ids;  /* (cap / block_tokens) ids of full blocks, first n_ids known */
-    int n_ids;                /* ids computed */
-    int n_committed;          /* leading blocks entered into (or taken from) the index */
-    int batch_seq;            /* index in the current batch's seqs, or -1 */
-    int rank;                 /* position in this step's priority order */
-    uint64_t preempted_in;    /* step serial of the last preemption (0: never) */
 
     struct grammar_matcher *gm; /* structured output state, or NULL */
     uint64_t *mask;             /* ((n_vocab + 63) / 64) allowed tokens when gm */
@@ -151,12 +133,9 @@ struct inferd_engine {
     struct fwd_ctx *fwd;             /* forward scratch */
     struct sampler **samplers;       /* (n_samplers) sampling scratch, one per compute thread */
     int n_samplers;                  /* entries of samplers: min(tpool_size(pool), max_seqs) */
-    struct req **reqs;               /* (n_reqs) live requests, arrival order */
-    struct req **order;              /* (n_reqs) this step's priority order */
-    int n_running;                   /* requests in REQ_STATE_RUNNING */
-    int n_reqs, cap_reqs;            /* count, allocated (both arrays) */
+    struct sched sched;              /* requests and the step scheduler */
+    bool sched_on;                   /* sched is initialised */
     uint64_t next_id;                /* next request id */
-    uint64_t step_serial;            /* inferd_engine_step calls, idle ones included */
     /* step scratch, sized for token_budget */
     int32_t *b_tokens, *b_pos, *b_seq; /* (token_budget) */
     bool *b_want;                      /* (token_budget) */
@@ -168,13 +147,10 @@ struct inferd_engine {
     atomic_int b_next_row;             /* next row for a sample_rows thread to claim */
     struct constrain_job *b_jobs;      /* (token_budget) masks filled during the forward */
     struct req **b_job_req;            /* (token_budget) request of each job */
-    const struct kv_seq **b_seqs;      /* (max_seqs) */
-    struct req **b_seq_req;            /* (max_seqs) request of each batch sequence */
     float *logits;                     /* (token_budget, n_vocab) */
     struct inferd_event *events;       /* ring of pending events */
     int ev_head, ev_count, ev_cap;     /* ring state */
     struct inferd_stats stats;         /* counters (gauges filled in by inferd_engine_stats) */
-    struct stepcost cost;              /* measured step costs: the prefill chunk next to decodes */
 
     struct constrain constrain; /* grammar mask helper (the vocabulary and cache: the model's) */
 };
@@ -322,6 +298,9 @@ static void on_evict(void *ctx, const struct kv_block_id *id)
     e->cfg.kv_evict_hook(e->cfg.kv_evict_ctx, idb, e->evict_frame, len);
 }
 
+static void retire(void *ctx, struct sched_req *sq);
+static void block_ids(void *ctx, struct sched_req *sq, int n);
+
 int inferd_engine_new(inferd_model *im, const struct inferd_engine_config *cfg_in,
                       inferd_engine **out, char *err, size_t err_len)
 {
@@ -406,11 +385,15 @@ int inferd_engine_new(inferd_model *im, const struct inferd_engine_config *cfg_i
     e->b_mask_rc = xmalloc(sizeof(int) * B);
     e->b_jobs = xmalloc(sizeof(struct constrain_job) * B);
     e->b_job_req = xmalloc(sizeof(struct req *) * B);
-    e->b_seqs = xmalloc(sizeof(struct kv_seq *) * (size_t)cfg.max_seqs);
-    e->b_seq_req = xmalloc(sizeof(struct req *) * (size_t)cfg.max_seqs);
     e->logits = xaligned_alloc(sizeof(float) * B * (size_t)hp->n_vocab);
     e->stats.kv_blocks_total = cfg.kv_blocks;
-    stepcost_init(&e->cost);
+    struct sched_config sc = {.token_budget = cfg.token_budget,
+                              .max_seqs = cfg.max_seqs,
+                              .block_tokens = cfg.block_tokens,
+                              .prefill_step_ratio = cfg.prefill_step_ratio};
+    struct sched_ops ops = {.block_ids = block_ids, .retire = retire, .ctx = e};
+    sched_init(&e->sched, &sc, &e->kv, e->prefix_on ? &e->prefix : NULL, &ops);
+    e->sched_on = true;
     constrain_init(&e->constrain, &im->grammar, e->cfg.grammar_inline);
     *out = e;
     return 0;
@@ -421,24 +404,38 @@ err_free:
     return rc;
 }
 
-static void req_free(struct inferd_engine *e, struct req *r)
+/* sched_ops.retire: frees a request (its blocks are released). */
+static void retire(void *ctx, struct sched_req *sq)
 {
-    kv_seq_release(&e->kv, &r->kv);
+    struct req *r = (struct req *)sq;
+    (void)ctx;
     free(r->tokens);
-    free(r->ids);
+    free(r->s.ids);
     free((void *)r->sp.logit_bias);
     grammar_matcher_free(r->gm);
     free(r->mask);
     free(r);
 }
 
+/* sched_ops.block_ids: the ids of q's first n full blocks, hashed from its
+ * tokens along the chain. */
+static void block_ids(void *ctx, struct sched_req *sq, int n)
+{
+    struct inferd_engine *e = ctx;
+    struct req *q = (struct req *)sq;
+    const int bt = e->cfg.block_tokens;
+    for (; sq->n_ids < n; sq->n_ids++) {
+        int i = sq->n_ids;
+        CHECK((i + 1) * bt <= sq->n_tokens);
+        sq->ids[i] = kv_prefix_block_id(&e->prefix, i ? &sq->ids[i - 1] : NULL, &q->extra,
+                                        q->tokens + (size_t)i * bt);
+    }
+}
+
 void inferd_engine_free(inferd_engine *e)
 {
     if (!e) return;
-    for (int i = 0; i < e->n_reqs; i++)
-        req_free(e, e->reqs[i]);
-    free(e->reqs);
-    free(e->order);
+    if (e->sched_on) sched_release(&e->sched); /* frees the requests */
     fwd_ctx_free(e->fwd);
     if (e->pool) tpool_free(e->pool);
     for (int i = 0; i < e->n_samplers; i++)
@@ -457,8 +454,6 @@ void inferd_engine_free(inferd_engine *e)
     free(e->b_mask_rc);
     free(e->b_jobs);
     free(e->b_job_req);
-    free(e->b_seqs);
-    free(e->b_seq_req);
     free(e->logits);
     free(e->events);
     free(e);
@@ -489,14 +484,6 @@ static void to_sampler_params(const struct inferd_sampling *s, struct sampler_pa
         }
         p->logit_bias = b;
     }
-}
-
-static int count_state(const struct inferd_engine *e, enum req_state st)
-{
-    int n = 0;
-    for (int i = 0; i < e->n_reqs; i++)
-        n += e->reqs[i]->state == st;
-    return n;
 }
 
 /* ---- structured output hooks (engine/constrain.h) ---- */
@@ -613,7 +600,7 @@ static int grammar_hook_overlap(struct inferd_engine *e, int n_batch)
     if (!constrain_overlaps(&e->constrain)) return 0;
     int n = 0;
     for (int t = 0; t < n_batch; t++) {
-        struct req *q = e->b_seq_req[e->b_seq[t]];
+        struct req *q = (struct req *)e->sched.chunks[e->b_seq[t]].q;
         if (!e->b_want[t] || !q->gm) continue;
         e->b_jobs[n] = (struct constrain_job){.gm = q->gm, .mask = q->mask, .allowed = INT_MIN};
         e->b_job_req[n++] = q;
@@ -685,7 +672,7 @@ int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id
             goto err;
         }
     }
-    if (count_state(e, REQ_STATE_WAITING) >= e->cfg.max_waiting) {
+    if (sched_count(&e->sched, SCHED_WAITING) >= e->cfg.max_waiting) {
         e->stats.n_rejected++;
         rc = err_set(&msg, ERR_OVERLOADED,
                      "engine overloaded: %d requests are waiting already (max_waiting)",
@@ -709,29 +696,20 @@ int inferd_submit(inferd_engine *e, const struct inferd_request *r, uint64_t *id
         free(q);
         goto err;
     }
-    q->id = e->next_id++;
-    q->t_submit = time_now_s();
-    q->state = REQ_STATE_WAITING;
-    q->priority = r->priority;
     q->cap = r->n_prompt - r->n_output + r->max_tokens;
     q->tokens = xmalloc(sizeof(int32_t) * (size_t)q->cap);
     memcpy(q->tokens, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
-    q->n_prompt = r->n_prompt - r->n_output; /* resumed: the rest is output already */
-    q->n_tokens = r->n_prompt;
-    q->max_tokens = r->max_tokens;
     q->ignore_eos = r->ignore_eos;
-    q->held = r->hold;
-    q->batch_seq = -1;
     q->extra = kv_prefix_extra_key(r->cache_salt, r->cache_salt_len);
-    q->ids = xmalloc(sizeof(*q->ids) * (size_t)(q->cap / e->cfg.block_tokens + 1));
-    if (e->n_reqs == e->cap_reqs) {
-        e->cap_reqs = MAX(16, e->cap_reqs * 2);
-        e->reqs = xrealloc(e->reqs, sizeof(*e->reqs) * (size_t)e->cap_reqs);
-        e->order = xrealloc(e->order, sizeof(*e->order) * (size_t)e->cap_reqs);
-    }
-    e->reqs[e->n_reqs++] = q;
+    /* resumed (n_output > 0): the prompt's tail is output already */
+    sched_req_init(
+        &q->s, e->next_id++, r->n_prompt - r->n_output, r->n_prompt, r->max_tokens, r->priority,
+        time_now_s(),
+        xmalloc(sizeof(struct kv_block_id) * (size_t)(q->cap / e->cfg.block_tokens + 1)));
+    q->s.held = r->hold;
+    sched_add(&e->sched, &q->s);
     e->stats.n_submitted++;
-    *id = q->id;
+    *id = q->s.id;
     return 0;
 err:
     copy_err(err, err_len, &msg, rc);
@@ -772,43 +750,33 @@ static void finish(struct inferd_engine *e, struct req *q, enum inferd_finish wh
 {
     if (!ev) {
         ev = push_event(e);
-        ev->request = q->id;
+        ev->request = q->s.id;
         ev->token = -1;
     }
     ev->finish = why;
-    ev->n_prompt = q->n_prompt;
-    ev->n_cached = q->n_cached_prompt;
-    ev->queue_s = q->queue_s;
-    ev->n_generated = q->n_tokens - q->n_prompt;
-    if (q->state == REQ_STATE_RUNNING) e->n_running--;
-    q->state = REQ_STATE_FINISHED;
-    kv_seq_release(&e->kv, &q->kv);
+    ev->n_prompt = q->s.n_prompt;
+    ev->n_cached = q->s.n_cached_prompt;
+    ev->queue_s = q->s.queue_s;
+    ev->n_generated = q->s.n_tokens - q->s.n_prompt;
+    sched_finish(&e->sched, &q->s);
     e->stats.n_finished++;
     e->stats.n_cancelled += why == INFERD_FINISH_CANCELLED;
 }
 
 int inferd_pause(inferd_engine *e, uint64_t id, bool paused)
 {
-    for (int i = 0; i < e->n_reqs; i++) {
-        struct req *q = e->reqs[i];
-        if (q->id != id) continue;
-        if (q->state == REQ_STATE_FINISHED) return ERR_NOT_FOUND;
-        q->paused = paused;
-        return 0;
-    }
-    return ERR_NOT_FOUND;
+    struct sched_req *q = sched_find(&e->sched, id);
+    if (!q || q->state == SCHED_FINISHED) return ERR_NOT_FOUND;
+    q->paused = paused;
+    return 0;
 }
 
 int inferd_cancel(inferd_engine *e, uint64_t id)
 {
-    for (int i = 0; i < e->n_reqs; i++) {
-        struct req *q = e->reqs[i];
-        if (q->id != id) continue;
-        if (q->state == REQ_STATE_FINISHED) return ERR_NOT_FOUND;
-        finish(e, q, INFERD_FINISH_CANCELLED, NULL);
-        return 0;
-    }
-    return ERR_NOT_FOUND;
+    struct sched_req *q = sched_find(&e->sched, id);
+    if (!q || q->state == SCHED_FINISHED) return ERR_NOT_FOUND;
+    finish(e, (struct req *)q, INFERD_FINISH_CANCELLED, NULL);
+    return 0;
 }
 
 static bool is_eog(const struct inferd_model *im, int32_t tok)
@@ -816,143 +784,6 @@ static bool is_eog(const struct inferd_model *im, int32_t tok)
     for (int i = 0; i < im->n_eog; i++)
         if (im->eog[i] == tok) return true;
     return false;
-}
-
-/* Makes sure q->ids holds the ids of its first n full blocks. */
-static void compute_ids(struct inferd_engine *e, struct req *q, int n)
-{
-    const int bt = e->cfg.block_tokens;
-    for (; q->n_ids < n; q->n_ids++) {
-        int i = q->n_ids;
-        CHECK((i + 1) * bt <= q->n_tokens);
-        q->ids[i] = kv_prefix_block_id(&e->prefix, i ? &q->ids[i - 1] : NULL, &q->extra,
-                                       q->tokens + (size_t)i * bt);
-    }
-}
-
-/* Enters q's newly completed blocks into the prefix index. */
-static void commit_blocks(struct inferd_engine *e, struct req *q)
-{
-    if (!e->prefix_on) return;
-    int full = MIN(q->n_computed / e->cfg.block_tokens, q->kv.n_blocks);
-    if (full <= q->n_committed) return;
-    compute_ids(e, q, full);
-    kv_prefix_commit(&e->prefix, &q->kv, q->ids, q->n_committed, full);
-    q->n_committed = full;
-}
-
-/* Waiting -> running: attaches the cached blocks of q's known tokens, all
- * but the block holding the last one (it must be computed for logits).
- * Returns the blocks attached. */
-static int admit(struct inferd_engine *e, struct req *q)
-{
-    CHECK(q->state == REQ_STATE_WAITING && q->kv.n_blocks == 0 && q->n_computed == 0);
-    q->state = REQ_STATE_RUNNING;
-    e->n_running++;
-    q->n_committed = 0;
-    if (!e->prefix_on) return 0;
-    const int n = (q->n_tokens - 1) / e->cfg.block_tokens;
-    compute_ids(e, q, n);
-    int hit = kv_prefix_match(&e->prefix, q->ids, n, &q->kv);
-    q->n_computed = hit * e->cfg.block_tokens;
-    q->n_committed = hit;
-    return hit;
-}
-
-/* Admitted but not a block to be had: back to waiting, as if never tried. */
-static void unadmit(struct inferd_engine *e, struct req *q)
-{
-    CHECK(q->state == REQ_STATE_RUNNING && q->kv.n_blocks == 0);
-    q->state = REQ_STATE_WAITING;
-    q->n_computed = 0;
-    e->n_running--;
-}
-
-/* Records an admission's lookup in the stats and the request's usage. */
-static void count_admission(struct inferd_engine *e, struct req *q, int hit)
-{
-    const uint64_t bt = (uint64_t)e->cfg.block_tokens;
-    if (e->prefix_on) {
-        e->stats.n_prefix_lookups++;
-        e->stats.n_prefix_query_tokens += (uint64_t)q->n_tokens;
-        e->stats.n_prefix_hits += hit > 0;
-        e->stats.n_prefix_hit_blocks += (uint64_t)hit;
-        e->stats.n_prefix_hit_tokens += (uint64_t)hit * bt;
-        e->stats.n_cached_tokens += (uint64_t)hit * bt;
-    }
-    if (!q->admitted) {
-        q->n_cached_prompt = (int)MIN((uint64_t)hit * bt, (uint64_t)q->n_prompt);
-        q->queue_s = time_now_s() - q->t_submit;
-    }
-    q->admitted = true;
-}
-
-/* Running -> waiting, dropping q's blocks (full ones stay cached). */
-static void preempt(struct inferd_engine *e, struct req *q)
-{
-    CHECK(q->state == REQ_STATE_RUNNING && q->batch_seq < 0);
-    commit_blocks(e, q);
-    kv_seq_release(&e->kv, &q->kv);
-    q->n_computed = 0;
-    q->n_committed = 0;
-    q->state = REQ_STATE_WAITING;
-    q->preempted_in = e->step_serial;
-    e->n_running--;
-    e->stats.n_preempted++;
-}
-
-/* The preemption candidate: the lowest-ranked running request that holds
- * blocks and is not in the batch being built. NULL if none. */
-static struct req *pick_victim(struct inferd_engine *e)
-{
-    for (int i = e->n_reqs - 1; i >= 0; i--) {
-        struct req *q = e->order[i];
-        if (q->state == REQ_STATE_RUNNING && q->batch_seq < 0 && q->kv.n_blocks > 0) return q;
-    }
-    return NULL;
-}
-
-/* Adds tokens [from, from + n) of q to the batch; the last one wants logits
- * if it completes the known tokens. Returns false if KV blocks ran out. */
-static bool batch_add(struct inferd_engine *e, struct req *q, int n, int *n_batch, int *n_seqs)
-{
-    int from = q->n_computed;
-    if (kv_seq_reserve(&e->kv, &q->kv, from + n)) return false;
-    if (q->batch_seq < 0) {
-        CHECK(*n_seqs < e->cfg.max_seqs);
-        q->batch_seq = (*n_seqs)++;
-        e->b_seqs[q->batch_seq] = &q->kv;
-        e->b_seq_req[q->batch_seq] = q;
-    }
-    for (int i = 0; i < n; i++) {
-        int t = (*n_batch)++;
-        e->b_tokens[t] = q->tokens[from + i];
-        e->b_pos[t] = from + i;
-        e->b_seq[t] = q->batch_seq;
-        e->b_want[t] = from + i == q->n_tokens - 1;
-    }
-    return true;
-}
-
-/* batch_add, preempting lower-ranked requests while blocks are short. A
- * victim ranks below q or is q itself (then q is preempted and not added). */
-static bool batch_add_preempting(struct inferd_engine *e, struct req *q, int n, int *n_batch,
-                                 int *n_seqs)
-{
-    while (!batch_add(e, q, n, n_batch, n_seqs)) {
-        struct req *victim = pick_victim(e);
-        if (!victim || victim->rank < q->rank) return false;
-        preempt(e, victim);
-        if (victim == q) return false;
-    }
-    return true;
-}
-
-static int by_priority(const void *pa, const void *pb)
-{
-    const struct req *a = *(struct req *const *)pa, *b = *(struct req *const *)pb;
-    if (a->priority != b->priority) return a->priority > b->priority ? -1 : 1;
-    return a->id < b->id ? -1 : a->id > b->id;
 }
 
 /* tpool_fn: samples the step's logits rows into b_res, each thread with its
@@ -975,8 +806,8 @@ static void sample_rows(void *ctx, int ith, int nth)
         if (e->b_mask_rc[j] <= 0) continue;
         const struct req *q = e->b_out_req[j];
         int rc = sampler_sample(e->samplers[ith], &q->sp, e->logits + (size_t)j * n_vocab,
-                                q->tokens, q->n_prompt, q->tokens + q->n_prompt,
-                                q->n_tokens - q->n_prompt, q->n_tokens, &e->b_res[j]);
+                                q->tokens, q->s.n_prompt, q->tokens + q->s.n_prompt,
+                                q->s.n_tokens - q->s.n_prompt, q->s.n_tokens, &e->b_res[j]);
         CHECK(rc == 0); /* parameters were validated at submit */
     }
 }
@@ -984,76 +815,26 @@ static void sample_rows(void *ctx, int ith, int nth)
 int inferd_engine_step(inferd_engine *e)
 {
     double t0 = time_now_s();
-    e->step_serial++;
-    /* Retire finished requests (their blocks are released already). */
-    int w = 0;
-    for (int i = 0; i < e->n_reqs; i++) {
-        struct req *q = e->reqs[i];
-        if (q->state == REQ_STATE_FINISHED) {
-            req_free(e, q);
-            continue;
-        }
-        q->batch_seq = -1;
-        e->reqs[w++] = q;
-    }
-    e->n_reqs = w;
-    /* (idle: order may not be allocated yet, and memcpy from NULL is undefined) */
-    if (e->n_reqs) {
-        memcpy(e->order, e->reqs, sizeof(*e->order) * (size_t)e->n_reqs);
-        qsort(e->order, (size_t)e->n_reqs, sizeof(*e->order), by_priority);
-    }
-    for (int i = 0; i < e->n_reqs; i++)
-        e->order[i]->rank = i;
-
-    int n_batch = 0, n_seqs = 0;
-    const int budget = e->cfg.token_budget;
-    /* Decode tokens first: one per running request with exactly one token
-     * not yet in the cache. */
-    int top_decode_priority = INT_MIN; /* highest priority decoding in this step */
-    for (int i = 0; i < e->n_reqs && n_batch < budget; i++) {
-        struct req *q = e->order[i];
-        if (q->state != REQ_STATE_RUNNING || q->paused || q->n_tokens - q->n_computed != 1)
-            continue;
-        if (batch_add_preempting(e, q, 1, &n_batch, &n_seqs))
-            top_decode_priority = MAX(top_decode_priority, q->priority);
-    }
-    /* Then prompt chunks (and recomputation after preemption) and
-     * admissions, in priority order. A request that cannot get its blocks
-     * stops the pass, so later ones do not overtake it. Next to decodes the
-     * step holds only as many tokens as keep it within prefill_step_ratio
-     * decode-only steps (stepcost.h); alone, prefill fills the budget. The
-     * bound protects streams at least as important as the prompt: a prompt
-     * of higher priority than every decode is not slowed for them. */
-    const int n_decode = n_batch;
-    const int limit = e->cfg.prefill_step_ratio > 0
-                          ? stepcost_limit(&e->cost, n_batch, e->cfg.prefill_step_ratio, budget)
-                          : budget;
-    for (int i = 0; i < e->n_reqs && n_batch < budget; i++) {
-        struct req *q = e->order[i];
-        const int cap = q->priority > top_decode_priority ? budget : limit;
-        if (n_batch >= cap) break; /* the rest rank no higher: same cap */
-        if (q->batch_seq >= 0 || q->state == REQ_STATE_FINISHED || q->paused || q->held) continue;
-        int hit = -1; /* blocks attached if q is admitted now */
-        if (q->state == REQ_STATE_WAITING) {
-            /* A request preempted in this step waits for the next one:
-             * readmitting it now would only take back what was freed. */
-            if (e->n_running >= e->cfg.max_seqs || q->preempted_in == e->step_serial) continue;
-            hit = admit(e, q);
-        } else if (q->n_tokens - q->n_computed == 1) {
-            continue; /* decoding: handled above (or out of budget) */
-        }
-        int n = MIN(q->n_tokens - q->n_computed, cap - n_batch);
-        bool added = batch_add_preempting(e, q, n, &n_batch, &n_seqs);
-        if (hit >= 0 && q->state == REQ_STATE_RUNNING && q->kv.n_blocks == 0)
-            unadmit(e, q);
-        else if (hit >= 0)
-            count_admission(e, q, hit);
-        if (!added) break;
-    }
+    struct sched *sc = &e->sched;
+    const int n_batch = sched_build(sc, t0);
+    const int n_seqs = sc->n_chunks;
     e->stats.last_step_tokens = n_batch;
     e->stats.last_step_seqs = n_seqs;
-    e->stats.last_step_limit = limit;
+    e->stats.last_step_limit = sc->limit;
     if (n_batch == 0) return 0;
+    /* The chunks become the forward's token rows, in batch order. */
+    int t = 0;
+    for (int j = 0; j < n_seqs; j++) {
+        const struct sched_chunk *c = &sc->chunks[j];
+        const struct req *q = (const struct req *)c->q;
+        for (int k = 0; k < c->n; k++, t++) {
+            e->b_tokens[t] = q->tokens[c->from + k];
+            e->b_pos[t] = c->from + k;
+            e->b_seq[t] = j;
+            e->b_want[t] = c->want && k == c->n - 1;
+        }
+    }
+    CHECK(t == n_batch);
 
     struct fwd_batch b = {
         .n_tokens = n_batch,
@@ -1062,7 +843,7 @@ int inferd_engine_step(inferd_engine *e)
         .seq = e->b_seq,
         .want_logits = e->b_want,
         .n_seqs = n_seqs,
-        .seqs = e->b_seqs,
+        .seqs = sc->seqs,
     };
     struct err_msg msg = {{0}};
     int n_jobs = grammar_hook_overlap(e, n_batch);
@@ -1071,19 +852,13 @@ int inferd_engine_step(inferd_engine *e)
     double tg = time_now_s();
     grammar_hook_collect(e, n_jobs);
     e->stats.grammar_mask_s += time_now_s() - tg;
-    e->stats.n_steps++;
 
     /* Advance computed positions, commit completed blocks, then sample for
      * every logits row. */
+    sched_advance(sc);
     int n_out = 0;
-    for (int t = 0; t < n_batch; t++) {
-        struct req *q = e->b_seq_req[e->b_seq[t]];
-        if (q->n_computed < q->n_prompt) e->stats.n_prompt_tokens++;
-        q->n_computed++;
-        if (e->b_want[t]) e->b_out_req[n_out++] = q;
-    }
     for (int j = 0; j < n_seqs; j++)
-        commit_blocks(e, e->b_seq_req[j]);
+        if (sc->chunks[j].want) e->b_out_req[n_out++] = (struct req *)sc->chunks[j].q;
     /* Grammar masks first (the matchers are not thread-safe), then the rows
      * are sampled on the compute threads, then the results are applied and
      * the events pushed in row order. */
@@ -1107,16 +882,16 @@ int inferd_engine_step(inferd_engine *e)
             /* The grammar fails this request alone: no token fits, or its
              * mask ran past the budget (which bounded what it cost). */
             struct inferd_event *ev = push_event(e);
-            ev->request = q->id;
+            ev->request = q->s.id;
             ev->token = -1;
             grammar_error_event(q, e->b_mask_rc[j], ev);
             finish(e, q, INFERD_FINISH_ERROR, ev);
             continue;
         }
-        q->tokens[q->n_tokens++] = res->token;
+        q->tokens[q->s.n_tokens++] = res->token;
         e->stats.n_generated_tokens++;
         struct inferd_event *ev = push_event(e);
-        ev->request = q->id;
+        ev->request = q->s.id;
         ev->token = res->token;
         ev->logprob = res->logprob;
         ev->n_top = res->n_top;
@@ -1124,7 +899,7 @@ int inferd_engine_step(inferd_engine *e)
             ev->top[i].token = res->top[i].token;
             ev->top[i].logprob = res->top[i].logprob;
         }
-        ev->n_generated = q->n_tokens - q->n_prompt;
+        ev->n_generated = q->s.n_tokens - q->s.n_prompt;
         bool done;
         int grc = grammar_hook_advance(q, res->token, &done);
         if (grc) {
@@ -1132,15 +907,16 @@ int inferd_engine_step(inferd_engine *e)
             finish(e, q, INFERD_FINISH_ERROR, ev);
         } else if (done || (!q->ignore_eos && is_eog(e->model, res->token)))
             finish(e, q, INFERD_FINISH_STOP, ev);
-        else if (q->n_tokens - q->n_prompt >= q->max_tokens)
+        else if (q->s.n_tokens - q->s.n_prompt >= q->s.max_tokens)
             finish(e, q, INFERD_FINISH_LENGTH, ev);
     }
     /* Throughput for queue-time estimates: a moving average over busy steps;
      * the step's cost (sampling included: it is part of every gap a client
      * sees) feeds the chunk limit. */
     double dt = time_now_s() - t0;
-    stepcost_observe(&e->cost, n_batch, dt, n_decode == n_batch);
-    if (n_decode == n_batch) {
+    const bool decode_only = sc->n_decode == n_batch;
+    sched_observe(sc, dt);
+    if (decode_only) {
         e->stats.n_decode_steps++;
         e->stats.n_decode_step_tokens += (uint64_t)n_batch;
         e->stats.decode_step_s += dt;
@@ -1161,10 +937,22 @@ void inferd_engine_stats(const inferd_engine *e, struct inferd_stats *s)
     *s = e->stats;
     s->n_waiting = s->n_running = s->n_loading = 0;
     s->queued_tokens = 0;
-    for (int i = 0; i < e->n_reqs; i++) {
-        const struct req *q = e->reqs[i];
-        if (q->state == REQ_STATE_RUNNING) s->n_running++;
-        if (q->state != REQ_STATE_WAITING) continue;
+    const struct sched *sc = &e->sched;
+    s->n_steps = sc->stats.n_steps;
+    s->n_prompt_tokens = sc->stats.n_prompt_tokens;
+    s->n_preempted = sc->stats.n_preempted;
+    if (e->prefix_on) {
+        s->n_prefix_lookups = sc->stats.n_prefix_lookups;
+        s->n_prefix_query_tokens = sc->stats.n_prefix_query_tokens;
+        s->n_prefix_hits = sc->stats.n_prefix_hits;
+        s->n_prefix_hit_blocks = sc->stats.n_prefix_hit_blocks;
+        s->n_prefix_hit_tokens = sc->stats.n_prefix_hit_tokens;
+        s->n_cached_tokens = sc->stats.n_prefix_hit_tokens;
+    }
+    for (int i = 0; i < sc->n_reqs; i++) {
+        const struct sched_req *q = sc->reqs[i];
+        if (q->state == SCHED_RUNNING) s->n_running++;
+        if (q->state != SCHED_WAITING) continue;
         if (q->held) {
             s->n_loading++;
             continue;
@@ -1181,8 +969,8 @@ void inferd_engine_stats(const inferd_engine *e, struct inferd_stats *s)
     s->kv_blocks_indexed = e->prefix_on ? e->prefix.n_cached : 0;
     s->n_kv_stored = e->prefix_on ? e->prefix.n_stored : 0;
     s->n_kv_evicted = e->prefix_on ? e->prefix.n_evicted : 0;
-    s->step_ms_fixed = e->cost.fitted ? 1e3 * e->cost.a_s : 0;
-    s->step_ms_per_token = e->cost.fitted ? 1e3 * e->cost.b_s : 0;
+    s->step_ms_fixed = sc->cost.fitted ? 1e3 * sc->cost.a_s : 0;
+    s->step_ms_per_token = sc->cost.fitted ? 1e3 * sc->cost.b_s : 0;
     s->est_queue_ms = s->tokens_per_s > 0 ? 1000.0 * (double)s->queued_tokens / s->tokens_per_s : 0;
 }
 
@@ -1259,14 +1047,10 @@ int inferd_kv_cached_prefix(const inferd_engine *e, const uint8_t (*ids)[16], in
 
 int inferd_kv_release_hold(inferd_engine *e, uint64_t id)
 {
-    for (int i = 0; i < e->n_reqs; i++) {
-        struct req *q = e->reqs[i];
-        if (q->id != id) continue;
-        if (q->state == REQ_STATE_FINISHED) return ERR_NOT_FOUND;
-        q->held = false;
-        return 0;
-    }
-    return ERR_NOT_FOUND;
+    struct sched_req *q = sched_find(&e->sched, id);
+    if (!q || q->state == SCHED_FINISHED) return ERR_NOT_FOUND;
+    q->held = false;
+    return 0;
 }
 
 int inferd_kv_import(inferd_engine *e, const void *buf, size_t len, char *err, size_t err_len)

@@ -15,7 +15,7 @@ int kv_pool_init(struct kv_pool *p, const struct kv_pool_config *cfg, struct err
     if (cfg->dtype != DTYPE_F16 && cfg->dtype != DTYPE_BF16 && cfg->dtype != DTYPE_F32)
         return err_set(msg, ERR_INVALID, "kv cache type must be f16, bf16 or f32");
     if (cfg->block_tokens < 1 || cfg->block_tokens > 4096 || cfg->n_blocks < 1 ||
-        cfg->n_layer < 1 || cfg->n_kv_head < 1 || cfg->head_dim < 1)
+        (!cfg->no_data && (cfg->n_layer < 1 || cfg->n_kv_head < 1 || cfg->head_dim < 1)))
         return err_set(msg, ERR_INVALID, "kv cache: block size %d / %d blocks is out of range",
                        cfg->block_tokens, cfg->n_blocks);
     p->cfg = *cfg;
@@ -23,15 +23,17 @@ int kv_pool_init(struct kv_pool *p, const struct kv_pool_config *cfg, struct err
     p->half_bytes = p->panel_bytes * (size_t)cfg->n_kv_head;
     p->block_bytes = p->half_bytes * 2 * (size_t)cfg->n_layer;
     size_t total = p->block_bytes * (size_t)cfg->n_blocks;
-    if (!(p->data = huge_alloc(total)))
-        return err_set(msg, -ENOMEM, "kv cache: cannot allocate %zu bytes", total);
-    /* The whole arena is backed now: a fresh server would otherwise take
-     * its page faults (and the kernel's zeroing of each huge page) inside
-     * decode steps, as new blocks are first written. */
-    if (prefault(p->data, total)) {
-        free(p->data);
-        p->data = NULL;
-        return err_set(msg, -ENOMEM, "kv cache: cannot back %zu bytes with memory", total);
+    if (!cfg->no_data) {
+        if (!(p->data = huge_alloc(total)))
+            return err_set(msg, -ENOMEM, "kv cache: cannot allocate %zu bytes", total);
+        /* The whole arena is backed now: a fresh server would otherwise take
+         * its page faults (and the kernel's zeroing of each huge page) inside
+         * decode steps, as new blocks are first written. */
+        if (prefault(p->data, total)) {
+            free(p->data);
+            p->data = NULL;
+            return err_set(msg, -ENOMEM, "kv cache: cannot back %zu bytes with memory", total);
+        }
     }
     p->free_list = xmalloc(sizeof(int32_t) * (size_t)cfg->n_blocks);
     p->free_pos = xmalloc(sizeof(int32_t) * (size_t)cfg->n_blocks);

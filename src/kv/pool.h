@@ -55,6 +55,8 @@ struct kv_pool_config {
     int block_tokens; /* positions per block */
     int n_blocks;     /* blocks in the arena */
     enum dtype dtype; /* DTYPE_F16, DTYPE_BF16 or DTYPE_F32 */
+    bool no_data;     /* bookkeeping only, no arena (a simulated worker's pool): the layer
+                         fields may be 0 and the block contents must never be touched */
 };
 
 struct kv_pool {

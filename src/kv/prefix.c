@@ -290,11 +290,23 @@ int kv_prefix_import(struct kv_prefix *px, const void *buf, size_t len, struct e
     struct kv_block_id id = kv_block_id_from_bytes(d + 24);
     if (kv_prefix_lookup(px, &id, NULL)) return 0;
     int32_t b;
-    if (kv_pool_alloc(p, &b))
+    if (kv_prefix_adopt(px, &id, &b))
         return err_set(msg, ERR_NO_KV, "kv block frame: no free or evictable block");
     kv_pool_write_block(p, b, d + KV_FRAME_HEADER);
+    return 0;
+}
+
+int kv_prefix_adopt(struct kv_prefix *px, const struct kv_block_id *id, int32_t *block)
+{
+    int32_t b;
+    if (kv_prefix_lookup(px, id, &b)) {
+        if (block) *block = b;
+        return 1;
+    }
+    if (kv_pool_alloc(px->pool, &b)) return ERR_NO_KV;
     struct kv_seq one = {.blocks = &b, .n_blocks = 1, .cap = 1};
-    kv_prefix_commit(px, &one, &id, 0, 1);
-    kv_pool_unref(p, b); /* parks it on the LRU tail */
+    kv_prefix_commit(px, &one, id, 0, 1);
+    kv_pool_unref(px->pool, b); /* parks it on the LRU tail */
+    if (block) *block = b;
     return 0;
 }

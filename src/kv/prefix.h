@@ -162,6 +162,11 @@ int kv_prefix_export(const struct kv_prefix *px, const struct kv_block_id *id, v
  * size or checksum), ERR_INVALID (another fingerprint or layout) or
  * ERR_NO_KV (every block referenced), with a message. */
 int kv_prefix_import(struct kv_prefix *px, const void *buf, size_t len, struct err_msg *msg);
+/* Enters id into the index as a cached, unreferenced block (the LRU's most
+ * recent end) and gives its block number: import's bookkeeping, without the
+ * contents (the caller writes them, or a simulated pool has none). Returns 0,
+ * 1 when the id was cached already (block: that one), or ERR_NO_KV. */
+int kv_prefix_adopt(struct kv_prefix *px, const struct kv_block_id *id, int32_t *block);
 
 /* Used by pool.c: a cached block's refcount reached zero -> LRU tail. */
 void kv__prefix_park(struct kv_prefix *px, int32_t block);
