@@ -2,45 +2,18 @@
  * engine.c - the engine behind include/inferd/inferd.h: requests, the step
  * scheduler, the prefix cache's use, sampling and events.
  *
- * A step builds one batch under the token budget:
- *
- *   1. decode: one token for every running request whose prompt is done,
- *      in priority order (priority desc, then arrival);
- *   2. prefill: chunks of running requests still in their prompt (or
- *      recomputing after preemption), and admissions of waiting ones while
- *      fewer than max_seqs run, in the same order, each chunk as large as the
- *      remaining budget allows. Next to decodes the budget shrinks to what
- *      keeps the step within prefill_step_ratio decode-only steps, by the
- *      engine's own measured step costs (stepcost.h, Sarathi-Serve's
- *      stall-free batching): a prompt arriving never stalls the streams
- *      already decoding (those of its priority or higher; a prompt that
- *      outranks every decode keeps the whole budget). Admission looks the
- *      request's full blocks up in the prefix cache (kv/prefix.h) and
- *      attaches the hits; prefill starts after them. The block holding the
- *      last known token is never attached: at least one token is computed,
- *      to produce logits.
- *
- * KV blocks are reserved before the forward (a free block, else the prefix
- * cache's least recently used one is evicted). A request that cannot get a
- * block preempts the lowest-ranked running request outside the batch
- * (lowest priority, newest among equals) if that one ranks below it - a
- * decode token may preempt its own request, last. The victim's blocks are
- * released (its full blocks stay cached), it goes back to waiting, and on
- * readmission it attaches what is still cached and recomputes the rest. Its
- * output does not change: KV is a pure function of the tokens before it (the
- * forward pass is bit-exact, forward.h), and sampling is keyed by
- * (seed, position).
- *
- *   submit --> waiting --admit (prefix hit?)--> running --> finished
- *     |           ^                               |    ^        |
- *  ERR_OVERLOADED +---------preempted-------------+    |     events
- *  (max_waiting)                      cancel ----------+
+ * A step: the scheduler (sched.h) ranks the requests and builds the batch
+ * under the token budget - decodes first, then prompt chunks and admissions
+ * with prefix hits, preempting for KV when blocks run out; the forward pass
+ * (forward.h) runs it; then every request that produced logits samples one
+ * token and emits an event. Preemption never changes a request's output: KV
+ * is a pure function of the tokens before it (the forward pass is
+ * bit-exact), and sampling is keyed by (seed, position).
  *
  * After the forward, every request's newly completed blocks are committed to
  * the prefix index (so concurrent requests with the same prefix share them
- * from then on), then every request that produced logits samples one token
- * and emits an event. Finished and cancelled requests release their blocks
- * at once, tail first, so a cached chain's head is evicted last.
+ * from then on). Finished and cancelled requests release their blocks at
+ * once, tail first, so a cached chain's head is evicted last.
  *
  * A prefix hit is bitwise indistinguishable from a miss: attention always
  * reads K/V from the cache (a fresh token writes its K/V first, then reads
