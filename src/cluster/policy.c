@@ -3,6 +3,7 @@
  */
 #include "cluster/policy.h"
 
+#include <math.h>
 #include <string.h>
 
 static const char *const names[] = {
@@ -19,7 +20,11 @@ void pol_config_default(struct pol_config *c)
                              .chunk_tokens = 512,
                              .overlap_weight = 1.0,
                              .dflt_ms_fixed = 20.0,
-                             .dflt_ms_per_token = 1.0};
+                             .dflt_ms_per_token = 1.0,
+                             .dflt_ms_per_ctx_token = 0.001,
+                             .n_buckets = 4,
+                             .bucket_bounds = {1024, 4096, 16384},
+                             .prefill_step_ratio = 2.0};
 }
 
 bool pol_kind_parse(const char *name, enum pol_kind *kind)
@@ -102,21 +107,60 @@ static int pick_simple(const struct pol_config *c, const struct pol_worker *w, i
     return best;
 }
 
+int pol_bucket(const struct pol_config *c, int n_prompt)
+{
+    int k = 0;
+    int n = c->n_buckets < 1 ? 1 : c->n_buckets > POL_MAX_BUCKETS ? POL_MAX_BUCKETS : c->n_buckets;
+    while (k < n - 1 && n_prompt > c->bucket_bounds[k])
+        k++;
+    return k;
+}
+
 int pol_pick_prefill(const struct pol_config *c, const struct pol_worker *w, int n, unsigned roles,
                      const struct pol_request *q)
 {
     if (c->kind != POL_BALANCED) return pick_simple(c, w, n, roles, q);
+    /* the earliest finish first, then within the slack the least of this
+     * bucket's recent compute */
+    double earliest = 0;
+    int any = 0;
+    for (int i = 0; i < n; i++) {
+        if (!candidate(&w[i], roles)) continue;
+        double ms = pol_backlog_ms(c, &w[i]) + pol_prefill_ms(c, &w[i], q);
+        if (!any++ || ms < earliest) earliest = ms;
+    }
+    if (!any) return -1;
+    const int b = pol_bucket(c, q->n_prompt);
     int best = -1;
-    double best_ms = 0;
+    double best_ms = 0, best_bucket = 0;
     long best_load = 0;
     for (int i = 0; i < n; i++) {
         if (!candidate(&w[i], roles)) continue;
         double ms = pol_backlog_ms(c, &w[i]) + pol_prefill_ms(c, &w[i], q);
+        double slack = c->bucket_slack_ms > 0  ? c->bucket_slack_ms
+                       : w[i].ms_per_token > 0 ? w[i].ms_fixed
+                                               : c->dflt_ms_fixed;
+        if (ms > earliest + slack) continue;
+        double bucket = w[i].bucket_ms[b];
         long load = load_of(&w[i]);
-        if (best < 0 || ms < best_ms || (ms == best_ms && load < best_load))
-            best = i, best_ms = ms, best_load = load;
+        bool better =
+            best < 0 || bucket < best_bucket ||
+            (bucket == best_bucket && (ms < best_ms || (ms == best_ms && load < best_load)));
+        if (better) best = i, best_ms = ms, best_bucket = bucket, best_load = load;
     }
     return best;
+}
+
+double pol_decode_step_ms(const struct pol_config *c, const struct pol_worker *w,
+                          int64_t ctx_tokens)
+{
+    bool measured = w->ms_per_token > 0;
+    double a = measured ? w->ms_fixed : c->dflt_ms_fixed;
+    double b = measured ? w->ms_per_token : c->dflt_ms_per_token;
+    double k = w->ms_per_ctx_token > 0 ? w->ms_per_ctx_token : c->dflt_ms_per_ctx_token;
+    const int bt = c->block_tokens > 0 ? c->block_tokens : 16;
+    double ctx = (double)w->kv_used * bt + (double)ctx_tokens;
+    return (a > 0 ? a : 0) + b * (double)(w->running + 1) + k * ctx;
 }
 
 int pol_pick_decode(const struct pol_config *c, const struct pol_worker *w, int n, unsigned roles,
@@ -127,19 +171,67 @@ int pol_pick_decode(const struct pol_config *c, const struct pol_worker *w, int 
     const int need = (q->n_prompt + q->max_tokens + bt - 1) / bt;
     int best = -1;
     bool best_fits = false;
-    double best_frac = 0;
-    long best_load = 0;
+    double best_ms = 0, best_frac = 0;
     for (int i = 0; i < n; i++) {
         if (!candidate(&w[i], roles)) continue;
         /* a worker whose pool lacks room for the whole request is chosen
-         * only when none has room (it would preempt) */
+         * only when none has room (it would preempt); among those, the
+         * least full */
         bool fits = w[i].kv_total <= 0 || w[i].kv_total - w[i].kv_used >= need;
         double frac = w[i].kv_total > 0 ? (double)(w[i].kv_used + need) / w[i].kv_total : 0;
-        long load = load_of(&w[i]);
+        double ms = pol_decode_step_ms(c, &w[i], q->n_prompt);
         bool better =
             best < 0 || (fits && !best_fits) ||
-            (fits == best_fits && (frac < best_frac || (frac == best_frac && load < best_load)));
-        if (better) best = i, best_fits = fits, best_frac = frac, best_load = load;
+            (fits == best_fits && (fits ? ms < best_ms || (ms == best_ms && frac < best_frac)
+                                        : frac < best_frac || (frac == best_frac && ms < best_ms)));
+        if (better) best = i, best_fits = fits, best_frac = frac, best_ms = ms;
     }
     return best;
+}
+
+void pol_estimate(const struct pol_config *c, const struct pol_worker *pre,
+                  const struct pol_worker *dec, const struct pol_request *q,
+                  struct pol_estimate *out)
+{
+    const struct pol_worker *p = pre ? pre : dec;
+    /* the prompt waits for the backlog, then computes; a remote prefill's
+     * KV arrives as it is computed and the decode worker computes the tail
+     * in a step of its own */
+    out->ttft_ms = pol_backlog_ms(c, p) + pol_prefill_ms(c, p, q);
+    double step = pol_decode_step_ms(c, dec, q->n_prompt);
+    if (pre) out->ttft_ms += step;
+    /* decodes next to prompts cost up to prefill_step_ratio steps (the
+     * scheduler's bound, engine/stepcost.h) */
+    bool mixed = dec->queued_tokens > 0 || (!pre && q->n_prompt > 0);
+    double ratio = c->prefill_step_ratio > 1 ? c->prefill_step_ratio : 1;
+    out->tpot_ms = mixed && dec->queued_tokens > 0 ? step * ratio : step;
+}
+
+int pol_admit(const struct pol_slo *slo, const struct pol_estimate *e)
+{
+    if (slo->ttft_ms > 0 && e->ttft_ms > slo->ttft_ms) {
+        double s = ceil((e->ttft_ms - slo->ttft_ms) / 1000.0);
+        return s < 1 ? 1 : s > 3600 ? 3600 : (int)s;
+    }
+    if (slo->tpot_ms > 0 && e->tpot_ms > slo->tpot_ms) return 1;
+    return 0;
+}
+
+bool pol_slo_feasible(const struct pol_slo *slo, double ms_fixed, double ms_per_token,
+                      const char **why)
+{
+    double one = ms_fixed + ms_per_token;
+    if (slo->ttft_ms < 0 || slo->tpot_ms < 0) {
+        *why = "a target is negative";
+        return false;
+    }
+    if (slo->tpot_ms > 0 && slo->tpot_ms < one) {
+        *why = "the TPOT target is below one decode step";
+        return false;
+    }
+    if (slo->ttft_ms > 0 && slo->ttft_ms < one) {
+        *why = "the TTFT target is below one step";
+        return false;
+    }
+    return true;
 }

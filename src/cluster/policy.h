@@ -13,9 +13,26 @@
  *                  the earliest finish of this prefill, its backlog (queued
  *                  prompt tokens) plus this prompt's uncached tokens, both
  *                  priced by the worker's measured step costs, which trades
- *                  cache overlap against load by what each costs. For a
- *                  worker that only decodes: the least KV held after this
- *                  request among those with room for it, then fewer requests.
+ *                  cache overlap against load by what each costs. Among the
+ *                  workers within bucket_slack_ms of the earliest, the one
+ *                  that computed least of this prompt's context-length bucket
+ *                  over the caller's window (bucket_ms): each length class
+ *                  spreads evenly, so the members of a synchronised group
+ *                  step with similar work. For a worker that only decodes:
+ *                  among those with KV room for the whole request, the
+ *                  smallest decode step after adding it - fixed cost, one
+ *                  token per request, and the context the step reads (the KV
+ *                  it holds) - so request count and KV length are weighed by
+ *                  what each costs a step.
+ *
+ * Admission (pol_estimate, pol_admit): the TTFT and TPOT a placement would
+ * give, from the same costs - the prefill worker's backlog plus this prompt,
+ * then a decode step of the decode worker with this request added (times
+ * prefill_step_ratio while that worker also prefills, the bound its
+ * scheduler keeps) - against the request's targets. A request that would
+ * miss them is refused now, with the time after which the backlog that made
+ * it miss has drained (Mooncake's early rejection), rather than queued into
+ * a miss.
  *
  * Ties go to the lowest index. A worker is a candidate when up and of a role
  * in the mask. Cached blocks come from the caller (a prefix index); 0 when
@@ -29,15 +46,20 @@
 
 enum pol_kind { POL_ROUND_ROBIN, POL_LEAST_LOADED, POL_CACHE_AWARE, POL_BALANCED };
 
+#define POL_MAX_BUCKETS 8 /* context-length buckets at most */
+
 /* One worker as the policies see it. */
 struct pol_worker {
-    bool up;                       /* in rotation */
-    int role;                      /* enum cl_role */
-    int running, waiting;          /* its requests: last STATS + what was sent since */
-    int64_t queued_tokens;         /* prompt tokens it still has to compute */
-    int kv_used, kv_total;         /* KV blocks referenced / in its pool */
-    double ms_fixed, ms_per_token; /* its measured step cost a + b x tokens (0: not yet) */
-    int cached_blocks;             /* this request's leading blocks it holds (0: unknown) */
+    bool up;                           /* in rotation */
+    int role;                          /* enum cl_role */
+    int running, waiting;              /* its requests: last STATS + what was sent since */
+    int64_t queued_tokens;             /* prompt tokens it still has to compute */
+    int kv_used, kv_total;             /* KV blocks referenced / in its pool */
+    double ms_fixed, ms_per_token;     /* its measured step cost a + b x tokens (0: not yet) */
+    double ms_per_ctx_token;           /* decode step cost per context token read (0: default) */
+    int cached_blocks;                 /* this request's leading blocks it holds (0: unknown) */
+    double bucket_ms[POL_MAX_BUCKETS]; /* prompt compute of each length bucket routed to it
+                                          over the caller's window (balanced's spread) */
 };
 
 struct pol_request {
@@ -48,15 +70,34 @@ struct pol_request {
 
 struct pol_config {
     enum pol_kind kind;
-    int block_tokens;         /* tokens per KV block */
-    int chunk_tokens;         /* prefill tokens per step (the engine's token budget) */
-    double overlap_weight;    /* cache-aware: a cached block against requests of load */
-    double dflt_ms_fixed;     /* the step cost of a worker not measured yet */
-    double dflt_ms_per_token; /* likewise per token */
+    int block_tokens;             /* tokens per KV block */
+    int chunk_tokens;             /* prefill tokens per step (the engine's token budget) */
+    double overlap_weight;        /* cache-aware: a cached block against requests of load */
+    double dflt_ms_fixed;         /* the step cost of a worker not measured yet */
+    double dflt_ms_per_token;     /* likewise per token */
+    double dflt_ms_per_ctx_token; /* likewise per context token a decode step reads */
+    int n_buckets;                /* context-length buckets, 1..POL_MAX_BUCKETS */
+    int bucket_bounds[POL_MAX_BUCKETS - 1]; /* (n_buckets - 1) ascending: bucket k holds prompts
+                                               of at most bucket_bounds[k] tokens */
+    double bucket_slack_ms;    /* prefill finishes this close count as equal (0: the fixed cost) */
+    double prefill_step_ratio; /* decode steps next to prefill cost at most this factor */
 };
 
-/* balanced, 16-token blocks, 512-token chunks, overlap weight 1, and a
- * default cost of 20 ms + 1 ms per token. */
+/* What a placement would give a request. */
+struct pol_estimate {
+    double ttft_ms; /* until its first token */
+    double tpot_ms; /* per output token after it */
+};
+
+/* A request's targets (0: none). */
+struct pol_slo {
+    double ttft_ms;
+    double tpot_ms;
+};
+
+/* balanced, 16-token blocks, 512-token chunks, overlap weight 1, a default
+ * cost of 20 ms + 1 ms per token + 1 us per context token, buckets at 1k, 4k
+ * and 16k tokens, prefill_step_ratio 2. */
 void pol_config_default(struct pol_config *c);
 /* "round-robin", "least-loaded", "cache-aware", "balanced" -> *kind;
  * false for another name. */
@@ -76,5 +117,23 @@ int pol_pick_prefill(const struct pol_config *c, const struct pol_worker *w, int
  * none. */
 int pol_pick_decode(const struct pol_config *c, const struct pol_worker *w, int n, unsigned roles,
                     const struct pol_request *q);
+
+/* q's context-length bucket, 0..n_buckets-1. */
+int pol_bucket(const struct pol_config *c, int n_prompt);
+/* The decode step of w with one more request of ctx_tokens context, ms. */
+double pol_decode_step_ms(const struct pol_config *c, const struct pol_worker *w,
+                          int64_t ctx_tokens);
+/* The TTFT and TPOT of q computed by pre (NULL: by dec itself) and decoded
+ * by dec. */
+void pol_estimate(const struct pol_config *c, const struct pol_worker *pre,
+                  const struct pol_worker *dec, const struct pol_request *q,
+                  struct pol_estimate *out);
+/* 0 when e meets slo; otherwise the seconds (>= 1) to wait before trying
+ * again: the TTFT overshoot rounded up, or 1 for a TPOT miss. */
+int pol_admit(const struct pol_slo *slo, const struct pol_estimate *e);
+/* Checks targets against what one step costs at least (ms_fixed + one
+ * token): false with *why set when no placement can meet them. */
+bool pol_slo_feasible(const struct pol_slo *slo, double ms_fixed, double ms_per_token,
+                      const char **why);
 
 #endif

@@ -174,6 +174,108 @@ TEST(the_gateway_routes_by_the_policy)
     EXPECT_EQ_INT(pf2, pf);
 }
 
+TEST(buckets_by_context_length)
+{
+    struct pol_config c = cfg(POL_BALANCED);
+    EXPECT_EQ_INT(pol_bucket(&c, 1), 0);
+    EXPECT_EQ_INT(pol_bucket(&c, 1024), 0);
+    EXPECT_EQ_INT(pol_bucket(&c, 1025), 1);
+    EXPECT_EQ_INT(pol_bucket(&c, 16384), 2);
+    EXPECT_EQ_INT(pol_bucket(&c, 1 << 20), 3);
+    c.n_buckets = 1; /* one bucket: everything in it */
+    EXPECT_EQ_INT(pol_bucket(&c, 1 << 20), 0);
+}
+
+TEST(balanced_prefill_spreads_each_bucket)
+{
+    struct pol_config c = cfg(POL_BALANCED);
+    struct pol_request q = {.n_prompt = 5000, .max_tokens = 8}; /* bucket 2 */
+    struct pol_worker w[3] = {worker(CL_ROLE_PREFILL, 0, 0), worker(CL_ROLE_PREFILL, 0, 0),
+                              worker(CL_ROLE_PREFILL, 0, 0)};
+    /* equal finish times: the one that computed least of this bucket */
+    w[0].bucket_ms[2] = 300;
+    w[1].bucket_ms[2] = 100;
+    w[2].bucket_ms[2] = 200;
+    w[1].bucket_ms[0] = 1e9; /* another bucket's work does not count */
+    EXPECT_EQ_INT(pol_pick_prefill(&c, w, 3, pre, &q), 1);
+    /* a backlog past the slack (by default one fixed cost, 10 ms) loses */
+    w[1].queued_tokens = 5; /* 1 chunk + 5 ms later */
+    EXPECT_EQ_INT(pol_pick_prefill(&c, w, 3, pre, &q), 2);
+    /* within it the bucket still decides */
+    c.bucket_slack_ms = 20;
+    EXPECT_EQ_INT(pol_pick_prefill(&c, w, 3, pre, &q), 1);
+    /* past it, the earlier finish wins */
+    w[1].queued_tokens = 50;
+    EXPECT_EQ_INT(pol_pick_prefill(&c, w, 3, pre, &q), 2);
+    /* an explicit slack */
+    c.bucket_slack_ms = 1000;
+    EXPECT_EQ_INT(pol_pick_prefill(&c, w, 3, pre, &q), 1);
+}
+
+TEST(decode_step_weighs_requests_and_context)
+{
+    struct pol_config c = cfg(POL_BALANCED);
+    struct pol_worker w = worker(CL_ROLE_DECODE, 3, 0);
+    w.kv_used = 100;           /* 1,600 tokens */
+    w.ms_per_ctx_token = 0.01; /* measured */
+    /* 10 fixed + 4 requests x 1 + (1600 + 400) x 0.01 */
+    EXPECT_NEAR(pol_decode_step_ms(&c, &w, 400), 10 + 4 + 20, 1e-9);
+    w.ms_per_ctx_token = 0; /* unknown: the default */
+    EXPECT_NEAR(pol_decode_step_ms(&c, &w, 400), 10 + 4 + 2000 * c.dflt_ms_per_ctx_token, 1e-9);
+    /* many short requests against few long ones: the cheaper step */
+    struct pol_request q = {.n_prompt = 100, .max_tokens = 10};
+    struct pol_worker v[2] = {worker(CL_ROLE_DECODE, 20, 0), worker(CL_ROLE_DECODE, 2, 0)};
+    v[0].ms_per_ctx_token = v[1].ms_per_ctx_token = 0.01;
+    v[0].kv_used = 40;  /* 20 short: 10 + 21 + 6.4 + 1 */
+    v[1].kv_used = 400; /* 2 long:   10 + 3 + 64 + 1 */
+    EXPECT_EQ_INT(pol_pick_decode(&c, v, 2, gen, &q), 0);
+    v[0].running = 90; /* 10 + 91 + ... */
+    EXPECT_EQ_INT(pol_pick_decode(&c, v, 2, gen, &q), 1);
+}
+
+TEST(admission_refuses_what_would_miss_and_nothing_else)
+{
+    struct pol_config c = cfg(POL_BALANCED);
+    struct pol_worker d = worker(CL_ROLE_MIXED, 0, 0);
+    struct pol_request q = {.n_prompt = 100, .max_tokens = 10};
+    struct pol_estimate e;
+    pol_estimate(&c, NULL, &d, &q, &e);
+    /* an idle worker: one chunk (10 ms) + 100 tokens (100 ms); a step of 10 +
+     * 1 + context */
+    EXPECT_NEAR(e.ttft_ms, 110, 1e-9);
+    EXPECT_NEAR(e.tpot_ms, 11 + 100 * c.dflt_ms_per_ctx_token, 1e-9);
+    struct pol_slo slo = {.ttft_ms = 110, .tpot_ms = 12};
+    EXPECT_EQ_INT(pol_admit(&slo, &e), 0); /* exactly on target: admitted */
+    slo.ttft_ms = 109.9;
+    EXPECT_EQ_INT(pol_admit(&slo, &e), 1); /* just over: refused, retry in 1 s */
+    /* a backlog of 2,500 tokens: 5 chunks + 2,500 ms more */
+    d.queued_tokens = 2500;
+    slo.ttft_ms = 500;
+    pol_estimate(&c, NULL, &d, &q, &e);
+    EXPECT_NEAR(e.ttft_ms, 110 + 50 + 2500, 1e-9);
+    EXPECT_EQ_INT(pol_admit(&slo, &e), 3); /* 2,160 ms over: 3 s */
+    /* decodes next to that prefill run at most ratio x slower */
+    EXPECT_NEAR(e.tpot_ms, 2 * (11 + 100 * c.dflt_ms_per_ctx_token), 1e-9);
+    slo = (struct pol_slo){.tpot_ms = 20};
+    EXPECT_EQ_INT(pol_admit(&slo, &e), 1);
+    slo.tpot_ms = 30;
+    EXPECT_EQ_INT(pol_admit(&slo, &e), 0);
+    /* no targets: everything admitted */
+    slo = (struct pol_slo){0};
+    EXPECT_EQ_INT(pol_admit(&slo, &e), 0);
+    /* a remote prefill adds the decode worker's tail step */
+    struct pol_worker p = worker(CL_ROLE_PREFILL, 0, 0);
+    d.queued_tokens = 0;
+    pol_estimate(&c, &p, &d, &q, &e);
+    EXPECT_NEAR(e.ttft_ms, 110 + 11 + 100 * c.dflt_ms_per_ctx_token, 1e-9);
+    /* targets below one step are refused as a configuration */
+    const char *why = NULL;
+    slo = (struct pol_slo){.ttft_ms = 1000, .tpot_ms = 5};
+    EXPECT(!pol_slo_feasible(&slo, 10, 1, &why) && why && strstr(why, "TPOT"));
+    slo.tpot_ms = 11;
+    EXPECT(pol_slo_feasible(&slo, 10, 1, &why));
+}
+
 TEST(names)
 {
     enum pol_kind k;
