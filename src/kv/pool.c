@@ -128,7 +128,9 @@ static int32_t new_run_start(const struct kv_pool *p)
 static int alloc_after(struct kv_pool *p, int32_t prev, int32_t *block)
 {
     int32_t b = prev + 1;
-    if (prev < 0 || b >= p->cfg.n_blocks || p->free_pos[b] < 0) b = new_run_start(p);
+    /* (a full pool has no run to find: the block comes from the LRU) */
+    if (prev < 0 || b >= p->cfg.n_blocks || p->free_pos[b] < 0)
+        b = p->n_free > 0 ? new_run_start(p) : -1;
     if (b < 0) return kv_pool_alloc(p, block);
     take_free(p, b);
     claim(p, b);
