@@ -1,8 +1,9 @@
 /*
  * bench_policy.c - routing decisions per second: remote_route (the
  * gateway's choice, cluster/remote.h) over a snapshot of N workers, each
- * decision rebuilding the snapshot from per-worker stats first as the
- * gateway does, for every policy.
+ * decision rebuilding the snapshot from per-worker stats first and pooling
+ * its cost lines (pol_pool_costs) as the gateway does, then the admission
+ * check (pol_estimate, pol_admit), for every policy.
  *
  *   build/release/bench_policy [WORKERS] [DECISIONS]   (default 64, 2000000)
  *
@@ -48,6 +49,7 @@ int main(int argc, char **argv)
         struct pol_config c;
         pol_config_default(&c);
         c.kind = (enum pol_kind)k;
+        const struct pol_slo slo = {.ttft_ms = 2000, .tpot_ms = 100};
         long sum = 0;
         double t0 = now_s();
         for (long d = 0; d < decisions; d++) {
@@ -64,8 +66,12 @@ int main(int argc, char **argv)
                                            .cached_blocks = (int)((d + (long)i) % 11)};
             struct pol_request q = {
                 .n_prompt = 200 + (int)(d % 3000), .max_tokens = 256, .seq = (uint64_t)d};
+            pol_pool_costs(w, n);
             int pf;
-            sum += remote_route(&c, w, n, &q, 256, &pf) + pf;
+            int dw = remote_route(&c, w, n, &q, 256, &pf);
+            struct pol_estimate e;
+            pol_estimate(&c, pf >= 0 ? &w[pf] : NULL, &w[dw], &q, &e);
+            sum += dw + pf + pol_admit(&slo, &e);
         }
         double dt = now_s() - t0;
         printf("%-13s %10.0f decisions/s (%.2f us each; checksum %ld)\n", pol_kind_name(c.kind),

@@ -4,6 +4,7 @@
 #include "cluster/policy.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const names[] = {
@@ -24,7 +25,8 @@ void pol_config_default(struct pol_config *c)
                              .dflt_ms_per_ctx_token = 0.001,
                              .n_buckets = 4,
                              .bucket_bounds = {1024, 4096, 16384},
-                             .prefill_step_ratio = 2.0};
+                             .prefill_step_ratio = 2.0,
+                             .work_weight = 3.0};
 }
 
 bool pol_kind_parse(const char *name, enum pol_kind *kind)
@@ -53,6 +55,7 @@ static bool candidate(const struct pol_worker *w, unsigned roles)
 static double tokens_ms(const struct pol_config *c, const struct pol_worker *w, int64_t t)
 {
     if (t <= 0) return 0;
+    if (w->ms_per_prompt_token > 0) return (double)t * w->ms_per_prompt_token;
     bool measured = w->ms_per_token > 0;
     double a = measured ? w->ms_fixed : c->dflt_ms_fixed;
     double b = measured ? w->ms_per_token : c->dflt_ms_per_token;
@@ -107,6 +110,49 @@ static int pick_simple(const struct pol_config *c, const struct pol_worker *w, i
     return best;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    if (!n) return 0;
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void pol_pool_costs(struct pol_worker *w, int n)
+{
+    if (n <= 0) return;
+    double *a = malloc(sizeof(double) * 3 * (size_t)n), *b = a + n, *p = b + n;
+    if (!a) return;    /* the measured figures stay as they are */
+    unsigned done = 0; /* roles done */
+    for (int first = 0; first < n; first++) {
+        const int role = w[first].role;
+        if (role < 0 || role >= 32 || (done & 1u << role)) continue;
+        done |= 1u << role;
+        int na = 0, np = 0;
+        for (int i = first; i < n; i++) {
+            if (w[i].role != role) continue;
+            if (w[i].ms_fixed >= 0 && w[i].ms_per_token > 0) {
+                a[na] = w[i].ms_fixed;
+                b[na++] = w[i].ms_per_token;
+            }
+            if (w[i].ms_per_prompt_token > 0) p[np++] = w[i].ms_per_prompt_token;
+        }
+        double ma = median(a, na), mb = median(b, na), mp = median(p, np);
+        for (int i = first; i < n; i++) {
+            if (w[i].role != role) continue;
+            w[i].ms_fixed = ma;
+            w[i].ms_per_token = mb;
+            w[i].ms_per_prompt_token = mp;
+        }
+    }
+    free(a);
+}
+
 int pol_bucket(const struct pol_config *c, int n_prompt)
 {
     int k = 0;
@@ -126,7 +172,7 @@ int pol_pick_prefill(const struct pol_config *c, const struct pol_worker *w, int
     int any = 0;
     for (int i = 0; i < n; i++) {
         if (!candidate(&w[i], roles)) continue;
-        double ms = pol_backlog_ms(c, &w[i]) + pol_prefill_ms(c, &w[i], q);
+        double ms = pol_backlog_ms(c, &w[i]) + (1 + c->work_weight) * pol_prefill_ms(c, &w[i], q);
         if (!any++ || ms < earliest) earliest = ms;
     }
     if (!any) return -1;
@@ -136,11 +182,11 @@ int pol_pick_prefill(const struct pol_config *c, const struct pol_worker *w, int
     long best_load = 0;
     for (int i = 0; i < n; i++) {
         if (!candidate(&w[i], roles)) continue;
-        double ms = pol_backlog_ms(c, &w[i]) + pol_prefill_ms(c, &w[i], q);
+        double ms = pol_backlog_ms(c, &w[i]) + (1 + c->work_weight) * pol_prefill_ms(c, &w[i], q);
         double slack = c->bucket_slack_ms > 0  ? c->bucket_slack_ms
                        : w[i].ms_per_token > 0 ? w[i].ms_fixed
                                                : c->dflt_ms_fixed;
-        if (ms > earliest + slack) continue;
+        if (ms > earliest + (slack > 0 ? slack : 0)) continue; /* (a fitted line's a may be < 0) */
         double bucket = w[i].bucket_ms[b];
         long load = load_of(&w[i]);
         bool better =
@@ -159,8 +205,10 @@ double pol_decode_step_ms(const struct pol_config *c, const struct pol_worker *w
     double b = measured ? w->ms_per_token : c->dflt_ms_per_token;
     double k = w->ms_per_ctx_token > 0 ? w->ms_per_ctx_token : c->dflt_ms_per_ctx_token;
     const int bt = c->block_tokens > 0 ? c->block_tokens : 16;
-    double ctx = (double)w->kv_used * bt + (double)ctx_tokens;
-    return (a > 0 ? a : 0) + b * (double)(w->running + 1) + k * ctx;
+    /* the requests waiting will decode in the same steps, their prompts
+     * (queued_tokens) becoming context read by each */
+    double ctx = (double)w->kv_used * bt + (double)w->queued_tokens + (double)ctx_tokens;
+    return (a > 0 ? a : 0) + b * (double)(w->running + w->waiting + 1) + k * ctx;
 }
 
 int pol_pick_decode(const struct pol_config *c, const struct pol_worker *w, int n, unsigned roles,
@@ -177,8 +225,9 @@ int pol_pick_decode(const struct pol_config *c, const struct pol_worker *w, int 
         /* a worker whose pool lacks room for the whole request is chosen
          * only when none has room (it would preempt); among those, the
          * least full */
-        bool fits = w[i].kv_total <= 0 || w[i].kv_total - w[i].kv_used >= need;
-        double frac = w[i].kv_total > 0 ? (double)(w[i].kv_used + need) / w[i].kv_total : 0;
+        int64_t held = (int64_t)w[i].kv_used + (w[i].queued_tokens + bt - 1) / bt;
+        bool fits = w[i].kv_total <= 0 || w[i].kv_total - held >= need;
+        double frac = w[i].kv_total > 0 ? (double)(held + need) / w[i].kv_total : 0;
         double ms = pol_decode_step_ms(c, &w[i], q->n_prompt);
         bool better =
             best < 0 || (fits && !best_fits) ||

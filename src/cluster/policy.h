@@ -10,20 +10,25 @@
  *   cache-aware    most overlap_weight x cached blocks - requests (the
  *                  common open-source routers' cost)
  *   balanced       the shipped one. For a worker that computes the prompt:
- *                  the earliest finish of this prefill, its backlog (queued
- *                  prompt tokens) plus this prompt's uncached tokens, both
- *                  priced by the worker's measured step costs, which trades
- *                  cache overlap against load by what each costs. Among the
+ *                  the least of its backlog (queued prompt tokens) plus
+ *                  (1 + work_weight) x this prompt's uncached tokens, both
+ *                  priced by the worker's measured step costs: the prompt's
+ *                  own finish, plus the capacity its compute takes from the
+ *                  requests behind it, which trades cache overlap against
+ *                  load by what each costs (a greedy earliest finish sends a
+ *                  prompt away from its cache whenever that worker is a
+ *                  little busier, and recomputes it). Among the
  *                  workers within bucket_slack_ms of the earliest, the one
  *                  that computed least of this prompt's context-length bucket
  *                  over the caller's window (bucket_ms): each length class
  *                  spreads evenly, so the members of a synchronised group
  *                  step with similar work. For a worker that only decodes:
- *                  among those with KV room for the whole request, the
+ *                  among those with KV room for the whole request (beside
+ *                  what it holds and what its queued prompts will take), the
  *                  smallest decode step after adding it - fixed cost, one
- *                  token per request, and the context the step reads (the KV
- *                  it holds) - so request count and KV length are weighed by
- *                  what each costs a step.
+ *                  token per request running or waiting, and the context the
+ *                  step reads (the KV held and queued) - so request count and
+ *                  KV length are weighed by what each costs a step.
  *
  * Admission (pol_estimate, pol_admit): the TTFT and TPOT a placement would
  * give, from the same costs - the prefill worker's backlog plus this prompt,
@@ -57,6 +62,8 @@ struct pol_worker {
     int kv_used, kv_total;             /* KV blocks referenced / in its pool */
     double ms_fixed, ms_per_token;     /* its measured step cost a + b x tokens (0: not yet) */
     double ms_per_ctx_token;           /* decode step cost per context token read (0: default) */
+    double ms_per_prompt_token;        /* measured prompt compute per token, every cost of the steps
+                                          that computed it included (0: not yet; then the line) */
     int cached_blocks;                 /* this request's leading blocks it holds (0: unknown) */
     double bucket_ms[POL_MAX_BUCKETS]; /* prompt compute of each length bucket routed to it
                                           over the caller's window (balanced's spread) */
@@ -81,6 +88,8 @@ struct pol_config {
                                                of at most bucket_bounds[k] tokens */
     double bucket_slack_ms;    /* prefill finishes this close count as equal (0: the fixed cost) */
     double prefill_step_ratio; /* decode steps next to prefill cost at most this factor */
+    double work_weight;        /* balanced prefill: the compute a placement adds counts 1 + this
+                                  (its own wait) + this (the capacity it takes from others) */
 };
 
 /* What a placement would give a request. */
@@ -97,7 +106,7 @@ struct pol_slo {
 
 /* balanced, 16-token blocks, 512-token chunks, overlap weight 1, a default
  * cost of 20 ms + 1 ms per token + 1 us per context token, buckets at 1k, 4k
- * and 16k tokens, prefill_step_ratio 2. */
+ * and 16k tokens, prefill_step_ratio 2, work_weight 3. */
 void pol_config_default(struct pol_config *c);
 /* "round-robin", "least-loaded", "cache-aware", "balanced" -> *kind;
  * false for another name. */
@@ -117,6 +126,13 @@ int pol_pick_prefill(const struct pol_config *c, const struct pol_worker *w, int
  * none. */
 int pol_pick_decode(const struct pol_config *c, const struct pol_worker *w, int n, unsigned roles,
                     const struct pol_request *q);
+
+/* Makes the cost figures of each role's workers that role's medians (over
+ * the workers whose figures are sane: a line with a >= 0 and b > 0, a
+ * prompt cost > 0), so that the noise of one worker's measurement does not
+ * steer the policy: workers of one role run one model on one kind of
+ * hardware. In place, O(n log n). */
+void pol_pool_costs(struct pol_worker *w, int n);
 
 /* q's context-length bucket, 0..n_buckets-1. */
 int pol_bucket(const struct pol_config *c, int n_prompt);

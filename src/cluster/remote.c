@@ -579,7 +579,11 @@ static int route(struct remote *r, int n_prompt, int max_tokens, int *pf)
                                    .kv_total = (int)st->kv_blocks_total,
                                    .ms_fixed = st->step_ms_fixed,
                                    .ms_per_token = st->step_ms_per_token};
+        uint64_t pt = st->counter[CL_STAT_PROMPT_TOKENS];
+        v[i].ms_per_prompt_token = pt ? 1e3 * st->prompt_step_s / (double)pt : 0;
     }
+    /* one cost line per role: one worker's noisy fit steers nothing */
+    pol_pool_costs(v, r->n);
     struct pol_request q = {.n_prompt = n_prompt, .max_tokens = max_tokens, .seq = r->n_routed++};
     return remote_route(&r->policy, v, r->n, &q, r->local_prefill, pf);
 }

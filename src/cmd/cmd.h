@@ -21,6 +21,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
+int cmd_sim_cluster(int argc, char **argv); /* inferd sim --trace ... (cmd_sim_cluster.c) */
 int cmd_kv(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 int cmd_gateway(int argc, char **argv);

@@ -374,8 +374,9 @@ int cmd_bench_engine(int argc, char **argv)
 
     if (json) {
         printf("{\"model\":\"%s\",\"weight_type\":\"%s\",\"weight_types\":\"%s\","
-               "\"threads\":%d,\"isa\":\"%s\",",
-               m->name, dtype_info(wt)->name, mix, nth, kern_isa_name(kern_isa()));
+               "\"threads\":%d,\"isa\":\"%s\",\"depth\":%ld,\"kv_bytes_per_token\":%.0f,",
+               m->name, dtype_info(wt)->name, mix, nth, kern_isa_name(kern_isa()), depth,
+               (double)kv_per_pos);
         printf("\"limits\":{\"read_gbs\":%.2f,\"fma_gflops\":%.1f,\"fma_insn\":\"%s\","
                "\"bf16_gflops\":%.1f,\"int8_gops\":%.1f,\"int8_insn\":\"%s\"},"
                "\"compute_limit\":\"%s\",\"weight_bytes\":%.0f,\"figures\":[",

@@ -194,11 +194,7 @@ static int sim_one(const char *path, const struct capacity *c, bool json)
 
 int cmd_sim(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "cache")) {
-        bool help = argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"));
-        fprintf(help ? stdout : stderr, "usage: inferd sim cache TRACE... [--capacity N|P%%]\n");
-        return help ? 0 : CMD_EXIT_USAGE;
-    }
+    if (argc < 2 || strcmp(argv[1], "cache")) return cmd_sim_cluster(argc, argv);
     const char *capacity = "5%";
     int json = 0;
     const struct cmd_opt opts[] = {

@@ -26,6 +26,7 @@ static void usage(FILE *out)
             "  tokenize      text -> token ids with a model's tokenizer\n"
             "  template      print the prompt a model's chat template makes of a chat\n"
             "  grammar       structured output: check a grammar, generate under one, bench masks\n"
+            "  sim           a cluster simulated over a trace (routing, balance, SLOs)\n"
             "  sim cache     KV tier eviction policies replayed over request traces\n"
             "  kv            inspect and repair a disk or shared KV tier directory\n"
             "\n"

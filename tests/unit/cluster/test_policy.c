@@ -102,7 +102,13 @@ TEST(balanced_prefill_prices_overlap_and_backlog)
     w[1].cached_blocks = 50;
     EXPECT(pol_prefill_ms(&c, &w[1], &q) < pol_prefill_ms(&c, &w[0], &q));
     EXPECT_EQ_INT(pol_pick_prefill(&c, w, 2, pre, &q), 1);
-    /* until its backlog costs more than the overlap saves (800 tokens x 1 ms) */
+    /* until its backlog costs more than the overlap saves: 800 tokens x 1 ms
+     * for the prompt's own finish, x (1 + work_weight) with the capacity */
+    w[1].queued_tokens = 1200;
+    EXPECT_EQ_INT(pol_pick_prefill(&c, w, 2, pre, &q), 1); /* 1200 + 4 x 200 < 4 x 1000 */
+    w[1].queued_tokens = 3300;
+    EXPECT_EQ_INT(pol_pick_prefill(&c, w, 2, pre, &q), 0);
+    c.work_weight = 0; /* the greedy earliest finish */
     w[1].queued_tokens = 700;
     EXPECT_EQ_INT(pol_pick_prefill(&c, w, 2, pre, &q), 1);
     w[1].queued_tokens = 1200;
@@ -255,7 +261,7 @@ TEST(admission_refuses_what_would_miss_and_nothing_else)
     EXPECT_NEAR(e.ttft_ms, 110 + 50 + 2500, 1e-9);
     EXPECT_EQ_INT(pol_admit(&slo, &e), 3); /* 2,160 ms over: 3 s */
     /* decodes next to that prefill run at most ratio x slower */
-    EXPECT_NEAR(e.tpot_ms, 2 * (11 + 100 * c.dflt_ms_per_ctx_token), 1e-9);
+    EXPECT_NEAR(e.tpot_ms, 2 * (11 + 2600 * c.dflt_ms_per_ctx_token), 1e-9); /* queued: context */
     slo = (struct pol_slo){.tpot_ms = 20};
     EXPECT_EQ_INT(pol_admit(&slo, &e), 1);
     slo.tpot_ms = 30;
