@@ -338,6 +338,7 @@ int cmd_sim_cluster(int argc, char **argv)
     } else {
         printf("[\n");
     }
+    const double ideal = bench_workload_ideal_hit(&w, NULL);
     for (int p = 0; p < n_pol; p++) {
         struct sim_config c = o.c;
         c.policy.kind = kinds[p];
@@ -345,6 +346,7 @@ int cmd_sim_cluster(int argc, char **argv)
             fprintf(stderr, "inferd sim: %s\n", m.text);
             break;
         }
+        res[p].ideal_hit = ideal;
         if (o.json)
             print_json(names[p], &res[p], p == n_pol - 1);
         else

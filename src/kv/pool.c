@@ -95,25 +95,38 @@ int kv_pool_alloc(struct kv_pool *p, int32_t *block)
 
 #define RUN_ROOM 32 /* blocks of room a table starting a run leaves itself and the one before */
 
+#define RUN_SCAN 1024 /* blocks a search for a free run looks at, at most */
+
 /* Where a table starts a new run of block ids: in the first free run long
  * enough to leave RUN_ROOM blocks of growth to the table whose blocks end
  * just before it and RUN_ROOM to this one, so tables grow as long runs
  * while the used part of the arena stays compact (its memory is first
  * touched only as it fills); failing that, the middle of the longest free
- * run. -1 when no block is free. */
-static int32_t new_run_start(const struct kv_pool *p)
+ * run. -1 when no block is free. A pool larger than RUN_SCAN blocks is
+ * searched RUN_SCAN blocks at a time, from the run the last search found
+ * or where a fruitless one stopped, so a full, fragmented pool costs
+ * O(RUN_SCAN) an allocation, not O(blocks); -1 also when a window has no
+ * free block (the caller takes any). */
+static int32_t new_run_start(struct kv_pool *p)
 {
     int32_t best = -1, best_len = 0;
-    for (int32_t b = 0; b < p->cfg.n_blocks;) {
+    const int32_t n = p->cfg.n_blocks;
+    int32_t b = n > RUN_SCAN && p->scan_from < n ? p->scan_from : 0;
+    const int32_t end = n > RUN_SCAN ? MIN(n, b + RUN_SCAN) : n;
+    p->scan_from = end < n ? end : 0;
+    for (; b < end;) {
         if (p->free_pos[b] < 0) {
             b++;
             continue;
         }
         int32_t e = b;
-        while (e < p->cfg.n_blocks && p->free_pos[e] >= 0)
+        while (e < n && p->free_pos[e] >= 0)
             e++;
         const int32_t before = b > 0 ? RUN_ROOM : 0;
-        if (e - b >= before + RUN_ROOM) return b + before;
+        if (e - b >= before + RUN_ROOM) {
+            if (n > RUN_SCAN) p->scan_from = b; /* the next search starts here */
+            return b + before;
+        }
         if (e - b > best_len) {
             best_len = e - b;
             best = b + (e - b) / 2;

@@ -69,6 +69,7 @@ struct kv_pool {
     int32_t *free_pos;         /* (n_blocks) index of each free block in free_list, or -1 */
     int n_free;                /* entries in free_list */
     int32_t *refs;             /* (n_blocks) reference counts */
+    int32_t scan_from;         /* where the next search for a free run starts */
     struct kv_prefix *prefix;  /* index keeping unreferenced cached blocks, or NULL */
 };
 

@@ -94,6 +94,9 @@ struct sreq {
     int decode_worker;  /* prefill phase: where it continues (-1: it runs whole here) */
     int target;         /* tokens to generate */
     bool continued;     /* decode phase of a prompt computed elsewhere */
+    int n_gen;          /* tokens generated (kept here, not in the item's stats: the
+                           request's own cache lines are the ones a step touches) */
+    double t_first, t_last; /* its first and latest token */
 };
 
 enum { ST_PENDING, ST_RUNNING, ST_DONE, ST_REJECTED, ST_OVERLOADED };
@@ -345,7 +348,7 @@ static bool submit(struct sim *s, struct sreq *r)
     return true;
 }
 
-static void record_token(struct sim *s, struct itemstat *st)
+static void record_token(struct sim *s, struct sreq *st)
 {
     if (st->n_gen == 0) {
         st->t_first = s->now;
@@ -445,19 +448,22 @@ static void group_done(struct sim *s, int gi)
         for (int j = 0; j < sc->n_chunks; j++) {
             if (!sc->chunks[j].want) continue;
             struct sreq *r = (struct sreq *)sc->chunks[j].q;
-            struct itemstat *st = &s->st[r->item];
             if (r->decode_worker >= 0) { /* prefill only: the prompt is done */
-                st->n_cached = r->s.n_cached_prompt;
+                s->st[r->item].n_cached = r->s.n_cached_prompt;
                 prefilled(s, r);
                 sched_finish(sc, &r->s);
                 continue;
             }
-            if (st->n_gen == 0 && !r->continued) st->n_cached = r->s.n_cached_prompt;
             r->s.n_tokens++;
-            record_token(s, st);
+            record_token(s, r);
             if (r->s.n_tokens - r->s.n_prompt >= r->target) {
-                sched_finish(sc, &r->s);
+                struct itemstat *st = &s->st[r->item];
+                if (!r->continued) st->n_cached = r->s.n_cached_prompt;
+                st->n_gen = r->n_gen;
+                st->t_first = r->t_first;
+                st->t_last = r->t_last;
                 st->state = ST_DONE;
+                sched_finish(sc, &r->s);
                 release_followers(s, r->item);
             }
         }
@@ -760,7 +766,6 @@ int sim_run(const struct sim_config *c, const struct bench_workload *w, struct s
         }
     }
     results(&s, out);
-    out->ideal_hit = bench_workload_ideal_hit(w, NULL);
     out->n_events = s.n_events;
     out->wall_s = time_now_s() - wall0;
     rc = 0;

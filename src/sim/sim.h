@@ -107,7 +107,8 @@ struct sim_result {
     double goodput_rps;       /* good / span */
     double token_goodput_tps; /* output tokens of good requests / span */
     double hit_ratio;     /* prompt tokens attached from a cache where the prompt was computed */
-    double ideal_hit;     /* the trace's infinite-cache hit ratio */
+    double ideal_hit;     /* the trace's infinite-cache hit ratio (set by the caller:
+                             bench_workload_ideal_hit, once per workload) */
     double kv_moved_gb;   /* prefill -> decode */
     uint64_t n_preempted; /* summed over workers */
     uint64_t n_events;    /* simulated events */
