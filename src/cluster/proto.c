@@ -19,10 +19,11 @@ static const uint8_t magic[4] = {'I', 'F', 'C', 'P'};
 const char *cl_type_name(int type)
 {
     static const char *const names[] = {
-        [CL_HELLO] = "HELLO",     [CL_SUBMIT] = "SUBMIT", [CL_TOKEN] = "TOKEN",
-        [CL_CANCEL] = "CANCEL",   [CL_STATS] = "STATS",   [CL_KV_BLOCK] = "KV_BLOCK",
-        [CL_KV_DONE] = "KV_DONE", [CL_PING] = "PING",     [CL_PONG] = "PONG",
-        [CL_ERROR] = "ERROR",     [CL_BYE] = "BYE",       [CL_PAUSE] = "PAUSE",
+        [CL_HELLO] = "HELLO",         [CL_SUBMIT] = "SUBMIT", [CL_TOKEN] = "TOKEN",
+        [CL_CANCEL] = "CANCEL",       [CL_STATS] = "STATS",   [CL_KV_BLOCK] = "KV_BLOCK",
+        [CL_KV_DONE] = "KV_DONE",     [CL_PING] = "PING",     [CL_PONG] = "PONG",
+        [CL_ERROR] = "ERROR",         [CL_BYE] = "BYE",       [CL_PAUSE] = "PAUSE",
+        [CL_KV_EVENTS] = "KV_EVENTS",
     };
     return type > 0 && type <= CL_TYPE_LAST ? names[type] : "?";
 }
@@ -391,6 +392,30 @@ int cl_decode(const uint8_t *buf, size_t len, struct cl_msg *m, struct err_msg *
         m->u.pause.paused = (uint8_t)rd_uint(&r, 1, "paused");
         if (!r.rc && m->u.pause.paused > 1) fail(&r, "paused", "neither 0 nor 1");
         break;
+    case CL_KV_EVENTS: {
+        struct cl_kv_events *e = &m->u.kv_events;
+        e->seq = rd_uint(&r, 8, "sequence");
+        e->n = (uint32_t)rd_uint(&r, 4, "events");
+        if (r.rc) break;
+        if (e->n > CL_MAX_KV_EVENTS) {
+            fail(&r, "events", "too many");
+            break;
+        }
+        if (r.n - r.off != (size_t)e->n * CL_KV_EVENT_BYTES) {
+            fail(&r, "events", "not n x 18 bytes");
+            break;
+        }
+        e->data = r.p + r.off;
+        for (uint32_t i = 0; i < e->n && !r.rc; i++) {
+            const uint8_t *ev = e->data + (size_t)i * CL_KV_EVENT_BYTES;
+            if (ev[0] < 1 || ev[0] > 2)
+                fail(&r, "event kind", "neither 1 nor 2");
+            else if (ev[1] > 3)
+                fail(&r, "event tier", "above 3");
+        }
+        r.off = r.n;
+        break;
+    }
     }
     if (!r.rc && r.off != r.n) fail(&r, "payload", "bytes after the last field");
     if (r.rc) {
@@ -398,6 +423,14 @@ int cl_decode(const uint8_t *buf, size_t len, struct cl_msg *m, struct err_msg *
         return r.rc;
     }
     return 0;
+}
+
+void cl_kv_event_at(const struct cl_kv_events *e, uint32_t i, int *kind, int *tier, uint8_t id[16])
+{
+    const uint8_t *ev = e->data + (size_t)i * CL_KV_EVENT_BYTES;
+    *kind = ev[0];
+    *tier = ev[1];
+    memcpy(id, ev + 2, 16);
 }
 
 void cl_msg_free(struct cl_msg *m)
@@ -580,6 +613,18 @@ int cl_encode(const struct cl_msg *m, struct buf *out, struct err_msg *msg)
     case CL_PAUSE:
         put_le(out, m->u.pause.request, 8);
         put_le(out, m->u.pause.paused, 1);
+        break;
+    case CL_KV_EVENTS:
+        if (m->u.kv_events.n > CL_MAX_KV_EVENTS) { /* (before reading n events' bytes) */
+            out->len = start;
+            if (out->data) out->data[start] = 0;
+            return err_set(msg, ERR_INVALID, "encode: KV_EVENTS: %u events (at most %d)",
+                           m->u.kv_events.n, CL_MAX_KV_EVENTS);
+        }
+        put_le(out, m->u.kv_events.seq, 8);
+        put_le(out, m->u.kv_events.n, 4);
+        if (m->u.kv_events.n)
+            buf_append(out, m->u.kv_events.data, (size_t)m->u.kv_events.n * CL_KV_EVENT_BYTES);
         break;
     default:
         out->len = start;

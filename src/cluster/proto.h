@@ -54,6 +54,14 @@
  *   BYE       empty: the sender closes after it
  *   PAUSE     u64 request, u8 paused (1: hold its steps, its KV kept: the
  *             caller's reader is slow; 0: go on)
+ *   KV_EVENTS u64 sequence number of the first event, u32 n (<=
+ *             CL_MAX_KV_EVENTS), n x (u8 kind (1 stored, 2 evicted), u8 tier
+ *             (0: the engine's pool .. 3), u8[16] block id): a worker's KV
+ *             blocks entering and leaving its caches, to a gateway. Numbered
+ *             per connection from 1; the first events on a connection
+ *             replay what the worker holds (all stored), so a gateway that
+ *             connects, or reconnects, starts from the whole state
+ *             (cluster/pindex.h)
  *
  * Every frame from a peer is external input: cl_decode checks the header,
  * every length against what is left, every count against its bound before
@@ -83,6 +91,8 @@ enum {
     CL_MAX_TRACE = 128,          /* bytes of a traceparent */
     CL_MAX_SALT = 1024,          /* bytes of a cache salt */
     CL_MAX_CLASS = 64,           /* bytes of a TTL class name */
+    CL_MAX_KV_EVENTS = 1 << 16,  /* events in one KV_EVENTS frame */
+    CL_KV_EVENT_BYTES = 18,      /* kind, tier, id */
 };
 
 enum cl_type {
@@ -98,7 +108,8 @@ enum cl_type {
     CL_ERROR = 10,
     CL_BYE = 11,
     CL_PAUSE = 12,
-    CL_TYPE_LAST = CL_PAUSE,
+    CL_KV_EVENTS = 13,
+    CL_TYPE_LAST = CL_KV_EVENTS,
 };
 
 enum cl_role { CL_ROLE_PREFILL = 1, CL_ROLE_DECODE = 2, CL_ROLE_MIXED = 3, CL_ROLE_GATEWAY = 4 };
@@ -228,6 +239,16 @@ struct cl_pause {
     uint8_t paused; /* 0 or 1 */
 };
 
+struct cl_kv_events {
+    uint64_t seq;        /* the first event's number */
+    uint32_t n;          /* events */
+    const uint8_t *data; /* (n x CL_KV_EVENT_BYTES) into the decoded frame (or the encoder's
+                            input): valid while it is */
+};
+
+/* Event i of e: kind (1 stored, 2 evicted), tier, id. */
+void cl_kv_event_at(const struct cl_kv_events *e, uint32_t i, int *kind, int *tier, uint8_t id[16]);
+
 struct cl_error {
     uint64_t request; /* 0: about the connection */
     int32_t code;     /* an ERR_* code */
@@ -247,6 +268,7 @@ struct cl_msg {
         uint64_t nonce; /* PING, PONG */
         struct cl_error error;
         struct cl_pause pause;
+        struct cl_kv_events kv_events;
     } u;
 };
 

@@ -13,7 +13,9 @@
 #include "base/u64map.h"
 #include "cluster/conn.h"
 #include "cluster/members.h"
+#include "cluster/pindex.h"
 #include "cluster/proto.h"
+#include "inferd/inferd.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -44,9 +46,12 @@ struct rworker {
     struct cl_stats stats;   /* its last STATS */
     int sent;                /* requests of ours on it */
     char name[CL_MAX_NAME + 1];
-    bool removed; /* its Redis key is gone: not dialled, the slot is free */
-    int role;     /* enum cl_role from its HELLO */
-    int prefills; /* requests of ours whose prompts it computes */
+    bool removed;            /* its Redis key is gone: not dialled, the slot is free */
+    int role;                /* enum cl_role from its HELLO */
+    int prefills;            /* requests of ours whose prompts it computes */
+    double busy_mark;        /* its busy seconds (STATS) at the start of the balance window */
+    uint8_t fingerprint[16]; /* its engine's, from HELLO (block ids depend on it) */
+    uint32_t block_tokens;   /* its KV block size */
 };
 
 struct remote {
@@ -63,6 +68,15 @@ struct remote {
     int max_ctx;              /* the gateway's context length (prompts are bounded by it) */
     uint64_t n_resumed;       /* requests moved to another worker */
     uint64_t n_lost;          /* requests ended by a lost worker (none to move to, or too often) */
+    uint64_t n_refused;       /* requests refused at once: they would miss their targets */
+    double bal_t0;            /* start of the balance window (monotonic seconds; 0: none yet) */
+    struct pidx index;        /* the workers' KV blocks, from their KV_EVENTS (pindex.h) */
+    uint8_t (*ids)[16];       /* (cap_ids) a prompt's block ids, route's scratch */
+    int cap_ids;
+    struct pidx_hit *hits;    /* (MAX_WORKERS) pidx_match's */
+    uint64_t n_routed_cached; /* prompt blocks the chosen worker held, over all requests */
+    double balance[3];        /* per pool (prefill, decode, mixed): the last window's mean over
+                                 max of its workers' busy time; -1: no figure yet */
     struct runner_msg *out;
     size_t n_out, cap_out;
     struct buf enc;          /* encode scratch */
@@ -147,7 +161,9 @@ static void lost(struct remote *r, uint64_t tag, struct rreq *q, const char *tex
     ended(r, tag, q);
 }
 
-static int route(struct remote *r, int n_prompt, int max_tokens, int *pf);
+static int route(struct remote *r, const int32_t *prompt, int n_prompt, const char *salt,
+                 size_t salt_len, int max_tokens, int *pf, const struct node_targets *t,
+                 int *retry_s, struct pol_estimate *est);
 static void kv_peers(struct remote *r, int pf, char *out, size_t cap);
 static bool send_frame(struct rworker *w, const struct buf *b);
 
@@ -168,7 +184,10 @@ static bool move(struct remote *r, uint64_t tag, struct rreq *q)
         if (q->n_out) memcpy(s->prompt + s->n_prompt, q->out, sizeof(int32_t) * (size_t)q->n_out);
         s->n_prompt += (uint32_t)q->n_out;
         s->n_generated = (uint32_t)q->n_out;
-        int pf = -1, k = route(r, (int)s->n_prompt, (int)(s->max_tokens - s->n_generated), &pf);
+        int pf = -1, retry; /* a move is never refused: it was admitted */
+        struct pol_estimate est;
+        int k = route(r, s->prompt, (int)s->n_prompt, s->cache_salt, s->salt_len,
+                      (int)(s->max_tokens - s->n_generated), &pf, NULL, &retry, &est);
         kv_peers(r, pf, s->kv_peer, sizeof(s->kv_peer));
         buf_clear(&r->enc);
         if (k >= 0 && !cl_encode(&m, &r->enc, &e) && send_frame(&r->w[k], &r->enc)) {
@@ -227,6 +246,7 @@ static void down(struct rworker *w, const char *why)
     if (w->bev) bufferevent_free(w->bev);
     w->bev = NULL;
     w->hello = false;
+    pidx_drop_worker(&w->r->index, (int)(w - w->r->w)); /* a reconnect replays its state */
     if (!w->logged_down) log_warn("remote: worker %s: %s; out of rotation", w->addr, why);
     w->logged_down = true;
     fail_all(w, why);
@@ -296,6 +316,9 @@ static void on_frame(struct rworker *w, const struct cl_msg *m)
         w->hello = true;
         w->logged_down = false;
         w->role = m->u.hello.role;
+        memcpy(w->fingerprint, m->u.hello.fingerprint, 16);
+        w->block_tokens = m->u.hello.block_tokens;
+        pidx_drop_worker(&r->index, (int)(w - r->w)); /* its KV_EVENTS start anew */
         if (m->u.hello.block_tokens) r->policy.block_tokens = (int)m->u.hello.block_tokens;
         if (m->u.hello.max_ctx && (int64_t)m->u.hello.max_ctx < r->max_ctx)
             log_warn("remote: worker %s serves a context of %u tokens, this gateway bounds "
@@ -310,6 +333,26 @@ static void on_frame(struct rworker *w, const struct cl_msg *m)
     case CL_STATS:
         w->stats = m->u.stats;
         return;
+    case CL_KV_EVENTS: {
+        const struct cl_kv_events *e = &m->u.kv_events;
+        if (pidx_needs_resync(&r->index, (int)(w - r->w))) return; /* logged once */
+        for (uint32_t i = 0; i < e->n; i++) {
+            struct pidx_event pe = {.seq = e->seq + i};
+            int kind, tier;
+            cl_kv_event_at(e, i, &kind, &tier, pe.id);
+            pe.kind = kind == 1 ? PIDX_STORED : PIDX_EVICTED;
+            pe.tier = (uint8_t)tier;
+            if (pidx_apply(&r->index, (int)(w - r->w), &pe) == PIDX_RESYNC) {
+                /* numbered per connection over TCP: a gap is a bug of the
+                 * peer; its blocks count as unknown until it reconnects */
+                log_warn("remote: worker %s: KV events out of sequence at %llu; its cache "
+                         "is unknown until it reconnects",
+                         w->addr, (unsigned long long)pe.seq);
+                break;
+            }
+        }
+        return;
+    }
     case CL_TOKEN:
         on_token(w, &m->u.token);
         return;
@@ -433,12 +476,43 @@ static void reconcile(struct remote *r)
     }
 }
 
+enum { BALANCE_WINDOW_S = 5 };
+
+/* Balance efficiency, live: over each window, per pool, the mean over the
+ * max of its workers' busy seconds (engine step time, from STATS) - the
+ * share of its time a group of them stepping in lockstep would compute
+ * rather than wait for the busiest (docs/cluster.md, "Balance"). A pool
+ * with nothing to do keeps its last figure. */
+static void balance_window(struct remote *r, double now)
+{
+    if (r->bal_t0 > 0 && now - r->bal_t0 < BALANCE_WINDOW_S) return;
+    double sum[3] = {0}, max[3] = {0};
+    int n[3] = {0};
+    for (int i = 0; i < r->n; i++) {
+        struct rworker *w = &r->w[i];
+        double busy = w->stats.decode_step_s + w->stats.prompt_step_s;
+        double d = busy - w->busy_mark;
+        w->busy_mark = busy;
+        if (r->bal_t0 <= 0 || w->removed || !w->hello || w->role < CL_ROLE_PREFILL ||
+            w->role > CL_ROLE_MIXED || d < 0)
+            continue;
+        int k = w->role - CL_ROLE_PREFILL;
+        n[k]++;
+        sum[k] += d;
+        if (d > max[k]) max[k] = d;
+    }
+    for (int k = 0; k < 3; k++)
+        if (n[k] && max[k] > 0) r->balance[k] = sum[k] / n[k] / max[k];
+    r->bal_t0 = now;
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     struct remote *r = arg;
     double now = time_now_s();
+    balance_window(r, now);
     if (r->members) reconcile(r);
     for (int i = 0; i < r->n; i++) {
         struct rworker *w = &r->w[i];
@@ -462,13 +536,34 @@ static struct remote *remote_of(struct node_backend *b)
 }
 
 static void r_submit(struct node_backend *b, uint64_t tag, const struct inferd_request *q,
-                     int64_t ttl_s, const char *ttl_class, const char *traceparent)
+                     int64_t ttl_s, const char *ttl_class, const char *traceparent,
+                     const struct node_targets *t)
 {
     (void)ttl_s; /* the workers have their own classes: the name goes */
     struct remote *r = remote_of(b);
-    int pf = -1, k = route(r, q->n_prompt, q->max_tokens, &pf);
+    int pf = -1, retry = 0;
+    struct pol_estimate est = {0};
+    int k = route(r, q->prompt, q->n_prompt, q->cache_salt, q->cache_salt_len, q->max_tokens, &pf,
+                  t, &retry, &est);
     if (k < 0) {
         submit_error(r, tag, ERR_UNAVAILABLE, "no worker available");
+        return;
+    }
+    if (retry > 0) { /* early rejection: it would miss its targets */
+        r->n_refused++;
+        char why[200];
+        if (t->ttft_ms > 0 && est.ttft_ms > t->ttft_ms)
+            snprintf(why, sizeof(why),
+                     "overloaded: the time to first token would be about %.0f ms, over the "
+                     "%.0f ms target",
+                     est.ttft_ms, t->ttft_ms);
+        else
+            snprintf(why, sizeof(why),
+                     "overloaded: the time per output token would be about %.0f ms, over the "
+                     "%.0f ms target",
+                     est.tpot_ms, t->tpot_ms);
+        submit_error(r, tag, ERR_OVERLOADED, why);
+        r->out[r->n_out - 1].retry_after_s = retry;
         return;
     }
     struct rworker *w = &r->w[k];
@@ -561,8 +656,40 @@ static void kv_peers(struct remote *r, int pf, char *out, size_t cap)
     }
 }
 
-/* The snapshot the policy routes on, and its choice (remote_route). */
-static int route(struct remote *r, int n_prompt, int max_tokens, int *pf)
+/* The snapshot the policy routes on, and its choice (remote_route); with
+ * targets, the admission check (pol_admit) of that choice: *retry_s > 0
+ * when it would miss them, est its prediction. */
+/* Each worker's leading run of the prompt's blocks, from the index, into
+ * v[].cached_blocks (workers whose engines name blocks otherwise: 0). */
+static void cached_runs(struct remote *r, struct pol_worker *v, const int32_t *prompt, int n_prompt,
+                        const char *salt, size_t salt_len)
+{
+    const struct rworker *ref = NULL;
+    for (int i = 0; i < r->n && !ref; i++)
+        if (v[i].up && r->w[i].block_tokens) ref = &r->w[i];
+    if (!ref || !prompt || n_prompt <= 0) return;
+    int n = n_prompt / (int)ref->block_tokens;
+    if (n <= 0) return;
+    if (n > r->cap_ids) {
+        r->cap_ids = n;
+        r->ids = xrealloc(r->ids, sizeof(*r->ids) * (size_t)n);
+    }
+    n = inferd_kv_block_ids(ref->fingerprint, (int)ref->block_tokens, salt, salt_len, prompt,
+                            n_prompt, r->ids, n);
+    if (n <= 0) return;
+    if (!r->hits) r->hits = xmalloc(sizeof(*r->hits) * MAX_WORKERS);
+    int k = pidx_match(&r->index, (const uint8_t(*)[16])r->ids, n, r->hits, MAX_WORKERS);
+    for (int h = 0; h < k && h < MAX_WORKERS; h++) {
+        int i = r->hits[h].worker;
+        if (i < r->n && !memcmp(r->w[i].fingerprint, ref->fingerprint, 16) &&
+            r->w[i].block_tokens == ref->block_tokens)
+            v[i].cached_blocks = r->hits[h].n_pool;
+    }
+}
+
+static int route(struct remote *r, const int32_t *prompt, int n_prompt, const char *salt,
+                 size_t salt_len, int max_tokens, int *pf, const struct node_targets *t,
+                 int *retry_s, struct pol_estimate *est)
 {
     struct pol_worker v[MAX_WORKERS];
     for (int i = 0; i < r->n; i++) {
@@ -584,8 +711,17 @@ static int route(struct remote *r, int n_prompt, int max_tokens, int *pf)
     }
     /* one cost line per role: one worker's noisy fit steers nothing */
     pol_pool_costs(v, r->n);
+    cached_runs(r, v, prompt, n_prompt, salt, salt_len);
     struct pol_request q = {.n_prompt = n_prompt, .max_tokens = max_tokens, .seq = r->n_routed++};
-    return remote_route(&r->policy, v, r->n, &q, r->local_prefill, pf);
+    int k = remote_route(&r->policy, v, r->n, &q, r->local_prefill, pf);
+    if (k >= 0) r->n_routed_cached += (uint64_t)v[*pf >= 0 ? *pf : k].cached_blocks;
+    *retry_s = 0;
+    if (k >= 0 && t && (t->ttft_ms > 0 || t->tpot_ms > 0)) {
+        pol_estimate(&r->policy, *pf >= 0 ? &v[*pf] : NULL, &v[k], &q, est);
+        const struct pol_slo slo = {.ttft_ms = t->ttft_ms, .tpot_ms = t->tpot_ms};
+        *retry_s = pol_admit(&slo, est);
+    }
+    return k;
 }
 
 static void r_cancel(struct node_backend *b, uint64_t tag)
@@ -708,6 +844,8 @@ int remote_new(struct event_base *base, const char *list, const char *redis, con
     r->evb = base;
     r->local_prefill = 256;
     pol_config_default(&r->policy);
+    for (int k = 0; k < 3; k++)
+        r->balance[k] = -1;
     snprintf(r->model, sizeof(r->model), "%s", model);
     int rc = list ? parse_list(list, r->w, &r->n, msg) : 0;
     if (!rc && redis) rc = members_open(redis, model, &r->members, msg);
@@ -803,8 +941,46 @@ void remote_render_metrics(const struct remote *r, struct buf *out)
                "# HELP inferd_cluster_requests_lost_total Requests ended with an error because "
                "their worker was lost and none could take them on.\n"
                "# TYPE inferd_cluster_requests_lost_total counter\n"
-               "inferd_cluster_requests_lost_total %llu\n",
-               (unsigned long long)r->n_resumed, (unsigned long long)r->n_lost);
+               "inferd_cluster_requests_lost_total %llu\n"
+               "# HELP inferd_cluster_requests_refused_total Requests refused at arrival (429) "
+               "because the predicted latency of their best placement missed their targets.\n"
+               "# TYPE inferd_cluster_requests_refused_total counter\n"
+               "inferd_cluster_requests_refused_total %llu\n",
+               (unsigned long long)r->n_resumed, (unsigned long long)r->n_lost,
+               (unsigned long long)r->n_refused);
+    buf_printf(out,
+               "# HELP inferd_pool_balance_efficiency Over the last %d s, the mean over the "
+               "max of a pool's workers' busy time (1: evenly loaded).\n"
+               "# TYPE inferd_pool_balance_efficiency gauge\n",
+               BALANCE_WINDOW_S);
+    for (int k = 0; k < 3; k++)
+        if (r->balance[k] >= 0)
+            buf_printf(out, "inferd_pool_balance_efficiency{pool=\"%s\"} %.4f\n", pool[k],
+                       r->balance[k]);
+    const struct pidx_stats *x = &r->index.stats;
+    buf_printf(out,
+               "# HELP inferd_cluster_prefix_index_blocks Distinct KV blocks the gateway's "
+               "prefix index knows a worker to hold.\n"
+               "# TYPE inferd_cluster_prefix_index_blocks gauge\n"
+               "inferd_cluster_prefix_index_blocks %llu\n"
+               "# HELP inferd_cluster_prefix_index_holders (block, worker) pairs in the index.\n"
+               "# TYPE inferd_cluster_prefix_index_holders gauge\n"
+               "inferd_cluster_prefix_index_holders %llu\n"
+               "# HELP inferd_cluster_prefix_index_events_total Workers' KV events applied to "
+               "the index.\n"
+               "# TYPE inferd_cluster_prefix_index_events_total counter\n"
+               "inferd_cluster_prefix_index_events_total %llu\n"
+               "# HELP inferd_cluster_prefix_index_resyncs_total Workers whose event stream had "
+               "a gap: their blocks unknown until they reconnect.\n"
+               "# TYPE inferd_cluster_prefix_index_resyncs_total counter\n"
+               "inferd_cluster_prefix_index_resyncs_total %llu\n"
+               "# HELP inferd_cluster_routed_cached_blocks_total Prompt blocks the chosen worker "
+               "held, by the index, summed over routed requests.\n"
+               "# TYPE inferd_cluster_routed_cached_blocks_total counter\n"
+               "inferd_cluster_routed_cached_blocks_total %llu\n",
+               (unsigned long long)x->n_blocks, (unsigned long long)x->n_holders,
+               (unsigned long long)x->n_applied, (unsigned long long)x->n_resyncs,
+               (unsigned long long)r->n_routed_cached);
     for (size_t s = 0; s < ARRAY_LEN(series); s++) {
         buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", series[s].name, series[s].help,
                    series[s].name, series[s].type);
@@ -846,5 +1022,8 @@ void remote_free(struct remote *r)
     u64map_release(&r->tags);
     free(r->out);
     buf_release(&r->enc);
+    pidx_release(&r->index);
+    free(r->ids);
+    free(r->hits);
     free(r);
 }

@@ -67,6 +67,8 @@ struct wconn {
     bool closing;                    /* closes once the output is written: nothing more is sent */
     bool doomed;                     /* a free is scheduled (close_soon) */
     struct u64map reqs;              /* peer request id -> tag */
+    bool gateway;                    /* its HELLO says gateway: it gets our KV events */
+    uint64_t kv_seq;                 /* KV events sent to it (their numbers run from 1) */
 };
 
 struct live {
@@ -121,7 +123,23 @@ struct worker {
     struct kv_link *link;         /* KV pulls from prefill workers */
     struct kv_chain *chain;       /* KV tiers, or NULL */
     struct kv_counts kv;          /* transfer counters */
+    struct u64map held;           /* folded id -> the id (16 bytes, heap) of each block in the
+                                     pool: what a gateway connecting is told first */
+    struct runner_kv_event *kvev; /* (cap_kvev) events taken from the runner */
+    size_t cap_kvev;
+    uint8_t *kvframe; /* (KV_EVENTS_PER_FRAME x CL_KV_EVENT_BYTES) encode scratch */
 };
+
+enum { KV_EVENTS_PER_FRAME = 4096 };
+
+static uint64_t fold16(const uint8_t id[16])
+{
+    uint64_t a, b;
+    memcpy(&a, id, 8);
+    memcpy(&b, id + 8, 8);
+    uint64_t k = a ^ (b * 0x9e3779b97f4a7c15ull);
+    return k ? k : 1;
+}
 
 void worker_config_default(struct worker_config *c)
 {
@@ -161,6 +179,66 @@ static void send_error(struct wconn *c, uint64_t request, int code, const char *
     m.u.error.code = code < 0 ? code : ERR_INTERNAL;
     snprintf(m.u.error.message, sizeof(m.u.error.message), "%s", text);
     send_msg(c, &m);
+}
+
+/* Sends ev[0..n) to gateway c, numbered on from its last. */
+static void send_kv_events(struct wconn *c, const struct runner_kv_event *ev, size_t n)
+{
+    struct worker *w = c->w;
+    if (!w->kvframe) w->kvframe = xmalloc((size_t)KV_EVENTS_PER_FRAME * CL_KV_EVENT_BYTES);
+    for (size_t i = 0; i < n && !c->closing;) {
+        size_t k = MIN(n - i, (size_t)KV_EVENTS_PER_FRAME);
+        for (size_t j = 0; j < k; j++) {
+            uint8_t *d = w->kvframe + j * CL_KV_EVENT_BYTES;
+            d[0] = ev[i + j].stored ? 1 : 2;
+            d[1] = 0; /* the engine's pool */
+            memcpy(d + 2, ev[i + j].id, 16);
+        }
+        struct cl_msg m = {
+            .type = CL_KV_EVENTS,
+            .u.kv_events = {.seq = c->kv_seq + 1, .n = (uint32_t)k, .data = w->kvframe}};
+        send_msg(c, &m);
+        c->kv_seq += k;
+        i += k;
+    }
+}
+
+/* A gateway connected: what the pool holds, as stored events from 1. */
+static void replay_kv(struct wconn *c)
+{
+    struct worker *w = c->w;
+    size_t n = 0;
+    if (w->held.n > w->cap_kvev) {
+        w->cap_kvev = w->held.n;
+        w->kvev = xrealloc(w->kvev, sizeof(*w->kvev) * w->cap_kvev);
+    }
+    for (size_t i = 0; i < w->held.cap; i++) {
+        if (!w->held.slots[i].key) continue;
+        w->kvev[n].stored = 1;
+        memcpy(w->kvev[n++].id, w->held.slots[i].val, 16);
+    }
+    send_kv_events(c, w->kvev, n);
+}
+
+/* The pool's new KV events: into the held set, then to every gateway. */
+static void publish_kv(struct worker *w)
+{
+    size_t n = runner_take_kv_events(&w->runner, &w->kvev, &w->cap_kvev);
+    if (!n) return;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t k = fold16(w->kvev[i].id);
+        uint8_t *id = u64map_get(&w->held, k);
+        if (w->kvev[i].stored && !id) {
+            id = xmalloc(16);
+            memcpy(id, w->kvev[i].id, 16);
+            u64map_put(&w->held, k, id);
+        } else if (!w->kvev[i].stored && id) {
+            free(id);
+            u64map_del(&w->held, k);
+        }
+    }
+    for (struct wconn *c = w->conns; c; c = c->next)
+        if (c->hello && c->gateway) send_kv_events(c, w->kvev, n);
 }
 
 static void conn_free(struct wconn *c)
@@ -520,6 +598,10 @@ static void on_frame(struct wconn *c, const struct cl_msg *m)
         struct cl_msg me = {.type = CL_HELLO, .u.hello = w->me};
         send_msg(c, &me);
         send_stats(c);
+        if (m->u.hello.role == CL_ROLE_GATEWAY) {
+            c->gateway = true;
+            replay_kv(c);
+        }
         return;
     }
     case CL_SUBMIT:
@@ -553,7 +635,8 @@ static void on_frame(struct wconn *c, const struct cl_msg *m)
     }
     case CL_TOKEN:
     case CL_KV_BLOCK:
-    case CL_KV_DONE: {
+    case CL_KV_DONE:
+    case CL_KV_EVENTS: {
         char why[96];
         snprintf(why, sizeof(why), "%s frames are not taken by a %s worker", cl_type_name(m->type),
                  role_name(w->cfg->role));
@@ -620,6 +703,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct worker *w = arg;
+    publish_kv(w);
     size_t n = runner_drain(&w->runner, &w->msgs, &w->cap_msgs);
     for (size_t i = 0; i < n; i++) {
         const struct runner_msg *r = &w->msgs[i];
@@ -756,8 +840,9 @@ static int load(struct worker *w, const struct worker_config *cfg, struct err_ms
     ec.kv_blocks = cfg->kv_blocks;
     if (cfg->max_queue) ec.max_waiting = cfg->max_queue;
     bool tiers = !cfg->kv.off && cfg->kv.n > 0;
+    ec.kv_events = true; /* drained by the runner: the gateways' prefix index, tiers */
+    runner_publish_kv(&w->runner);
     if (tiers) {
-        ec.kv_events = true; /* drained by the runner: write-through tiers */
         if (node_tiers_write_back(&cfg->kv)) {
             ec.kv_evict_hook = runner_kv_evict_hook;
             ec.kv_evict_ctx = &w->runner;
@@ -866,6 +951,11 @@ out:
         free(l);
     }
     u64map_release(&w.tags);
+    for (size_t i = 0; i < w.held.cap; i++)
+        free(w.held.slots[i].val);
+    u64map_release(&w.held);
+    free(w.kvev);
+    free(w.kvframe);
     struct event *evs[] = {w.wake_ev, w.stats_ev, w.sig_int, w.sig_term};
     for (size_t i = 0; i < ARRAY_LEN(evs); i++)
         if (evs[i]) event_free(evs[i]);

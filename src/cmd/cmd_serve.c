@@ -83,6 +83,47 @@ static int apply_ttl_defaults(struct serve_config *c, const struct ttl_default *
     return 0;
 }
 
+/* --slo [ENDPOINT=]TTFT_MS/TPOT_MS (gateway): latency targets, all
+ * endpoints or one; 0 or an empty side: none. */
+static int set_slo(void *dst, const char *spelling, const char *val, struct err_msg *m)
+{
+    struct serve_config *c = dst;
+    static const char *const endpoints[4] = {"chat", "completions", "responses", "messages"};
+    const char *eq = strchr(val, '='), *v = eq ? eq + 1 : val;
+    int e = -1;
+    if (eq) {
+        for (int j = 0; j < 4; j++)
+            if (strlen(endpoints[j]) == (size_t)(eq - val) &&
+                !strncmp(val, endpoints[j], (size_t)(eq - val)))
+                e = j;
+        if (e < 0)
+            return err_set(m, ERR_INVALID,
+                           "%s '%s': endpoint must be chat, completions, responses or messages",
+                           spelling, val);
+    }
+    char *end;
+    double ttft = *v == '/' ? 0 : strtod(v, &end);
+    if (*v == '/') end = (char *)v;
+    if (end == v && *v != '/') goto bad;
+    double tpot = 0;
+    if (*end == '/') {
+        const char *t = end + 1;
+        tpot = *t ? strtod(t, &end) : 0;
+        if (*t && end == t) goto bad;
+    }
+    if (*end || !(ttft >= 0) || !(tpot >= 0) || ttft > 1e7 || tpot > 1e7) goto bad;
+    for (int j = 0; j < 4; j++)
+        if (e < 0 || e == j) {
+            c->slo_ttft_ms[j] = ttft;
+            c->slo_tpot_ms[j] = tpot;
+        }
+    return 0;
+bad:
+    return err_set(m, ERR_INVALID,
+                   "%s '%s': expected [ENDPOINT=]TTFT_MS/TPOT_MS (milliseconds, >= 0)", spelling,
+                   val);
+}
+
 /* --listen HOST:PORT (gateway): host and port in one. */
 static int set_listen(void *dst, const char *spelling, const char *val, struct err_msg *m)
 {
@@ -203,10 +244,14 @@ static int serve_main(int argc, char **argv, bool gateway)
                     "routing: balanced (default: the least compute to\nfinish, cache overlap "
                     "counted), cache-aware,\nleast-loaded, round-robin",
                     &c.policy),
+        CMD_OPT_CALL("slo", 0, "[ENDPOINT=]TTFT/TPOT",
+                     "latency targets in ms (e.g. 2000/50; repeatable per\nendpoint): a request "
+                     "whose best placement is\npredicted to miss them gets 429 and Retry-After",
+                     set_slo, &c),
         CMD_OPT_CALL("listen", 0, "HOST:PORT", "listen address and port in one", set_listen, &c),
         CMD_OPT_END,
     };
-    if (!gateway) opts[ARRAY_LEN(opts) - 6] = opts[ARRAY_LEN(opts) - 1];
+    if (!gateway) opts[ARRAY_LEN(opts) - 7] = opts[ARRAY_LEN(opts) - 1];
     const struct cmd_spec spec = {.name = self,
                                   .synopsis =
                                       gateway ? "-m MODEL.gguf --workers HOST:PORT,... [options]"

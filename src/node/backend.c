@@ -9,8 +9,10 @@ static struct runner *runner_of(struct node_backend *b)
 }
 
 static void local_submit(struct node_backend *b, uint64_t tag, const struct inferd_request *req,
-                         int64_t ttl_s, const char *ttl_class, const char *traceparent)
+                         int64_t ttl_s, const char *ttl_class, const char *traceparent,
+                         const struct node_targets *targets)
 {
+    (void)targets;     /* no prediction here: max_waiting refuses */
     (void)ttl_class;   /* ttl_s says it all here */
     (void)traceparent; /* the server's own log line carries the request's id */
     runner_submit_ttl(runner_of(b), tag, req, ttl_s);

@@ -16,14 +16,25 @@
 
 struct node_backend;
 
+/* A request's latency targets (0: none). */
+struct node_targets {
+    double ttft_ms; /* time to the first token */
+    double tpot_ms; /* time per output token after it */
+};
+
 struct node_backend_ops {
     /* Queues req (copied) under tag; its blocks live ttl_s (0: the default),
      * the TTL of the traffic class named ttl_class ("" none; a remote engine
      * looks the name up in its own table). traceparent: the request's W3C
      * trace context ("00-<trace>-<span>-01"), carried to a remote engine and
-     * into its logs. */
+     * into its logs. targets (may be NULL): a backend that predicts latency
+     * (the gateway's, cluster/remote.h) refuses a request that would miss
+     * them at once, ERR_OVERLOADED with runner_msg.retry_after_s; the local
+     * one does not predict, and its queue bound (max_waiting) is what
+     * refuses. */
     void (*submit)(struct node_backend *b, uint64_t tag, const struct inferd_request *req,
-                   int64_t ttl_s, const char *ttl_class, const char *traceparent);
+                   int64_t ttl_s, const char *ttl_class, const char *traceparent,
+                   const struct node_targets *targets);
     void (*cancel)(struct node_backend *b, uint64_t tag);
     /* Pauses or resumes a tag's request (a backend that cannot: ignored). */
     void (*pause)(struct node_backend *b, uint64_t tag, bool paused);

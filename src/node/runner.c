@@ -66,11 +66,13 @@ struct live {
 };
 
 struct thread_state {
-    struct live *live;         /* (n_live, cap_live) running tags */
-    size_t n_live, cap_live;   /* fill / capacity */
-    struct runner_msg *batch;  /* (n_batch, cap_batch) messages of this round */
-    size_t n_batch, cap_batch; /* fill / capacity */
-    struct u64map imported;    /* folded ids of blocks just imported from a tier */
+    struct live *live;           /* (n_live, cap_live) running tags */
+    size_t n_live, cap_live;     /* fill / capacity */
+    struct runner_msg *batch;    /* (n_batch, cap_batch) messages of this round */
+    size_t n_batch, cap_batch;   /* fill / capacity */
+    struct u64map imported;      /* folded ids of blocks just imported from a tier */
+    struct runner_kv_event *pub; /* (n_pub, cap_pub) this round's pool events (kv_publish) */
+    size_t n_pub, cap_pub;
 };
 
 static struct runner_msg *batch_push(struct thread_state *t)
@@ -292,6 +294,15 @@ static void kv_stored(struct runner *r, struct thread_state *t)
     struct inferd_kv_event ev[64];
     int n;
     while ((n = inferd_kv_events(r->engine, ev, (int)ARRAY_LEN(ev))) > 0) {
+        for (int i = 0; i < n && r->kv_publish; i++) {
+            if (t->n_pub == t->cap_pub) {
+                t->cap_pub = t->cap_pub ? 2 * t->cap_pub : 256;
+                t->pub = xrealloc(t->pub, sizeof(*t->pub) * t->cap_pub);
+            }
+            struct runner_kv_event *p = &t->pub[t->n_pub++];
+            p->stored = ev[i].kind == INFERD_KV_STORED;
+            memcpy(p->id, ev[i].id, 16);
+        }
         for (int i = 0; i < n && r->kv.chain; i++) {
             if (ev[i].kind != INFERD_KV_STORED) continue;
             uint64_t key = fold_id(ev[i].id);
@@ -445,6 +456,16 @@ static void *thread_main(void *arg)
             r->stats.step_tokens += (uint64_t)n;
             r->stats.n_steps++;
         }
+        if (t.n_pub) {
+            if (r->n_pub + t.n_pub > r->cap_pub) {
+                r->cap_pub = MAX(r->cap_pub * 2, r->n_pub + t.n_pub);
+                r->pub = xrealloc(r->pub, sizeof(*r->pub) * r->cap_pub);
+            }
+            memcpy(r->pub + r->n_pub, t.pub, sizeof(*t.pub) * t.n_pub);
+            r->n_pub += t.n_pub;
+            t.n_pub = 0;
+            if (!t.n_batch) wake_loop(r);
+        }
         if (t.n_batch) {
             if (r->n_out + t.n_batch > r->cap_out) {
                 r->cap_out = MAX(r->cap_out * 2, r->n_out + t.n_batch);
@@ -482,6 +503,7 @@ static void *thread_main(void *arg)
     free(cmds);
     free(t.live);
     free(t.batch);
+    free(t.pub);
     u64map_release(&t.imported);
     return NULL;
 }
@@ -494,7 +516,9 @@ int runner_start(struct runner *r, inferd_engine *e, struct err_msg *msg)
 int runner_start_tiers(struct runner *r, inferd_engine *e, struct kv_chain *chain,
                        int64_t default_ttl_s, struct err_msg *msg)
 {
+    const bool publish = r->kv_publish; /* the one setting made before start */
     memset(r, 0, sizeof(*r));
+    r->kv_publish = publish;
     r->engine = e;
     /* block ids and frames: tiers and KV transfer */
     inferd_engine_fingerprint(e, r->kv.fingerprint);
@@ -539,6 +563,7 @@ void runner_stop(struct runner *r)
     for (size_t i = 0; i < r->n_out; i++)
         free(r->out[i].kv_frame);
     free(r->out);
+    free(r->pub);
     free(r->kv.frame);
     u64map_release(&r->kv.owners);
     close(r->wake_fd);
@@ -558,6 +583,25 @@ static void push_cmd(struct runner *r, const struct runner_cmd *c)
     if (r->n_cmds++ == 0) pthread_cond_signal(&r->cv);
     r->cmds[r->n_cmds - 1] = *c;
     pthread_mutex_unlock(&r->mu);
+}
+
+void runner_publish_kv(struct runner *r)
+{
+    r->kv_publish = true;
+}
+
+size_t runner_take_kv_events(struct runner *r, struct runner_kv_event **v, size_t *cap)
+{
+    pthread_mutex_lock(&r->mu);
+    size_t n = r->n_pub;
+    if (n > *cap) {
+        *cap = MAX(n, 2 * *cap);
+        *v = xrealloc(*v, sizeof(**v) * *cap);
+    }
+    if (n) memcpy(*v, r->pub, sizeof(**v) * n);
+    r->n_pub = 0;
+    pthread_mutex_unlock(&r->mu);
+    return n;
 }
 
 void runner_submit(struct runner *r, uint64_t tag, const struct inferd_request *req)

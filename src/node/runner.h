@@ -71,6 +71,8 @@ struct runner_msg {
     int kv_tier_blocks[KV_CHAIN_MAX_TIERS]; /* on finish: prompt blocks each tier served */
     int rc;                                 /* submit result: 0, or the error (then ev is unused) */
     char err[256];                          /* submit error message */
+    int retry_after_s;                      /* rc == ERR_OVERLOADED: when to try again (0: the
+                                               caller's own estimate) */
     struct inferd_event ev;                 /* engine event (rc == 0) */
 };
 
@@ -98,21 +100,30 @@ struct runner_kv {
     struct u64map owners;    /* folded block id -> struct kv_owner of a live request */
 };
 
+/* A KV block entering or leaving the engine's pool (runner_take_kv_events). */
+struct runner_kv_event {
+    uint8_t stored; /* 1 stored, 0 evicted */
+    uint8_t id[16]; /* block id */
+};
+
 struct runner {
-    inferd_engine *engine;     /* owned by the thread while it runs */
-    pthread_t thread;          /* the runner thread */
-    pthread_mutex_t mu;        /* guards everything below */
-    pthread_cond_t cv;         /* signalled on new commands and on stop */
-    struct runner_cmd *cmds;   /* (n_cmds, cap_cmds) inbox */
-    size_t n_cmds, cap_cmds;   /* inbox fill / capacity */
-    struct runner_msg *out;    /* (n_out, cap_out) outbox */
-    size_t n_out, cap_out;     /* outbox fill / capacity */
-    bool stopping;             /* runner_stop was called */
-    bool started;              /* the thread exists */
-    int wake_fd;               /* eventfd the loop watches; written when out fills */
-    struct runner_stats stats; /* published after each step */
-    bool kv_ready;             /* a tier load finished: poll the chain */
-    struct runner_kv kv;       /* tiers (kv.chain NULL: none) */
+    inferd_engine *engine;       /* owned by the thread while it runs */
+    pthread_t thread;            /* the runner thread */
+    pthread_mutex_t mu;          /* guards everything below */
+    pthread_cond_t cv;           /* signalled on new commands and on stop */
+    struct runner_cmd *cmds;     /* (n_cmds, cap_cmds) inbox */
+    size_t n_cmds, cap_cmds;     /* inbox fill / capacity */
+    struct runner_msg *out;      /* (n_out, cap_out) outbox */
+    size_t n_out, cap_out;       /* outbox fill / capacity */
+    bool stopping;               /* runner_stop was called */
+    bool started;                /* the thread exists */
+    int wake_fd;                 /* eventfd the loop watches; written when out fills */
+    struct runner_stats stats;   /* published after each step */
+    bool kv_ready;               /* a tier load finished: poll the chain */
+    struct runner_kv kv;         /* tiers (kv.chain NULL: none) */
+    bool kv_publish;             /* keep the pool's KV events for runner_take_kv_events */
+    struct runner_kv_event *pub; /* (n_pub, cap_pub) events not taken yet */
+    size_t n_pub, cap_pub;
 };
 
 /* Starts the thread. Returns 0 or a negative errno with msg set. */
@@ -168,5 +179,11 @@ void runner_pause(struct runner *r, uint64_t tag, bool paused);
  * grows as needed) and returns the count. Also clears the eventfd. */
 size_t runner_drain(struct runner *r, struct runner_msg **msgs, size_t *cap);
 void runner_get_stats(struct runner *r, struct runner_stats *s);
+/* Before runner_start*: keep the pool's KV events (the engine made with
+ * kv_events on) for runner_take_kv_events; the loop is woken as they come. */
+void runner_publish_kv(struct runner *r);
+/* Moves the events kept since the last call into *v (a vector the caller
+ * reuses) and returns their count, in the order they happened. */
+size_t runner_take_kv_events(struct runner *r, struct runner_kv_event **v, size_t *cap);
 
 #endif

@@ -295,7 +295,13 @@ static void finish(struct call *c, int err_code, const char *err_text)
     if (err_code) cancel_all(c); /* the other choices of a failed call are of no use */
     if (err_code && !c->http_started) {
         c->status = err_http_status(err_code);
-        if (err_code == ERR_OVERLOADED) serve_retry_after(s, c->req);
+        if (err_code == ERR_OVERLOADED && c->retry_after_s > 0) {
+            char v[16];
+            snprintf(v, sizeof(v), "%d", c->retry_after_s);
+            http_add_header(c->req, "Retry-After", v);
+        } else if (err_code == ERR_OVERLOADED) {
+            serve_retry_after(s, c->req);
+        }
         serve_send_json(s, c->req, c->status, api_error_json(c->r.kind, err_code, err_text, NULL));
     } else if (err_code) {
         api_pipe_stream_error(&c->pipe, err_code, err_text);
@@ -331,6 +337,7 @@ static void on_message(struct server *s, struct call *c, int i, const struct run
     }
     if (c->replied) return; /* answered already (an error, or shutdown): bookkeeping only */
     if (m->rc) {
+        c->retry_after_s = m->retry_after_s;
         finish(c, m->rc, m->err);
         return;
     }
@@ -446,7 +453,9 @@ static void start_generation(struct server *s, struct call *c)
         q.grammar.compiled = p->grammar; /* the engine takes its own reference */
         char tp[64];
         snprintf(tp, sizeof(tp), "00-%s-%016llx-01", c->trace_id, (unsigned long long)g->tag);
-        s->be->ops->submit(s->be, g->tag, &q, p->kv_ttl_s, p->kv_ttl_class, tp);
+        const struct node_targets tg = {.ttft_ms = s->cfg->slo_ttft_ms[r->kind],
+                                        .tpot_ms = s->cfg->slo_tpot_ms[r->kind]};
+        s->be->ops->submit(s->be, g->tag, &q, p->kv_ttl_s, p->kv_ttl_class, tp, &tg);
     }
     flush(c);
 }

@@ -68,6 +68,8 @@ struct serve_config {
      * none listed: a disk tier in data_dir/kv sized to fit the disk */
     struct node_tiers kv;
     int kv_ttl_endpoint[4]; /* per api_kind: class of requests naming none (-1: kv.ttl.dflt) */
+    double slo_ttft_ms[4];  /* gateway, per api_kind: TTFT target (0: none), early rejection */
+    double slo_tpot_ms[4];  /* likewise TPOT */
 };
 
 void serve_config_default(struct serve_config *c);

@@ -87,6 +87,7 @@ struct call {
     bool replied;                           /* the answer (or error) is complete or being stored */
     bool http_started;                      /* stream: status and headers sent */
     bool paused;                            /* the engine requests are paused: the socket is full */
+    int retry_after_s;                      /* a refusal's retry hint from the backend (0: none) */
     const char *endpoint;                   /* route label for metrics */
     char method[16];                        /* the request's method, for the log line */
     char request_id[136];                   /* its x-request-id, for the log line */

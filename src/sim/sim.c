@@ -88,14 +88,14 @@ struct sgroup {
 
 /* A request on a worker. */
 struct sreq {
-    struct sched_req s; /* first: the scheduler's pointer */
-    int item;           /* workload index */
-    int worker;         /* where it runs */
-    int decode_worker;  /* prefill phase: where it continues (-1: it runs whole here) */
-    int target;         /* tokens to generate */
-    bool continued;     /* decode phase of a prompt computed elsewhere */
-    int n_gen;          /* tokens generated (kept here, not in the item's stats: the
-                           request's own cache lines are the ones a step touches) */
+    struct sched_req s;     /* first: the scheduler's pointer */
+    int item;               /* workload index */
+    int worker;             /* where it runs */
+    int decode_worker;      /* prefill phase: where it continues (-1: it runs whole here) */
+    int target;             /* tokens to generate */
+    bool continued;         /* decode phase of a prompt computed elsewhere */
+    int n_gen;              /* tokens generated (kept here, not in the item's stats: the
+                               request's own cache lines are the ones a step touches) */
     double t_first, t_last; /* its first and latest token */
 };
 

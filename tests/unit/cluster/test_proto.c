@@ -200,6 +200,36 @@ TEST(every_other_type_round_trips)
     EXPECT_EQ_INT(cl_encode(&m, &pb, &pe), ERR_INVALID);
     EXPECT(strstr(pe.text, "paused") != NULL);
     buf_release(&pb);
+    /* KV_EVENTS: two events, then each kind of bad one */
+    uint8_t ev[2 * CL_KV_EVENT_BYTES] = {1, 0};
+    for (int i = 0; i < 16; i++)
+        ev[2 + i] = (uint8_t)i, ev[CL_KV_EVENT_BYTES + 2 + i] = (uint8_t)(100 + i);
+    ev[CL_KV_EVENT_BYTES] = 2;
+    ev[CL_KV_EVENT_BYTES + 1] = 3;
+    m = (struct cl_msg){.type = CL_KV_EVENTS, .u.kv_events = {.seq = 77, .n = 2, .data = ev}};
+    EXPECT(round_trip(&m, &d) && d.type == CL_KV_EVENTS && d.u.kv_events.seq == 77 &&
+           d.u.kv_events.n == 2);
+    int kind, tier;
+    uint8_t id[16];
+    cl_kv_event_at(&d.u.kv_events, 1, &kind, &tier, id);
+    EXPECT(kind == 2 && tier == 3 && id[0] == 100 && id[15] == 115);
+    const struct {
+        int at;
+        uint8_t v;
+        const char *field;
+    } bad[] = {{0, 3, "event kind"}, {CL_KV_EVENT_BYTES + 1, 4, "event tier"}};
+    for (size_t k = 0; k < ARRAY_LEN(bad); k++) {
+        uint8_t e2[sizeof(ev)];
+        memcpy(e2, ev, sizeof(ev));
+        e2[bad[k].at] = bad[k].v;
+        m.u.kv_events.data = e2;
+        EXPECT_EQ_INT(cl_encode(&m, &pb, &pe), ERR_INVALID);
+        EXPECT(strstr(pe.text, bad[k].field) != NULL);
+    }
+    m.u.kv_events.data = ev;
+    m.u.kv_events.n = CL_MAX_KV_EVENTS + 1;
+    EXPECT_EQ_INT(cl_encode(&m, &pb, &pe), ERR_INVALID); /* too many (and too few bytes) */
+    buf_release(&pb);
 }
 
 TEST(a_stream_frames_only_whole_frames)

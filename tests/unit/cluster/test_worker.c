@@ -122,11 +122,12 @@ static bool read_frame(int fd, struct buf *b, struct cl_msg *m)
     }
 }
 
-/* The next frame that is not STATS. */
+/* The next frame that is not STATS or KV_EVENTS (news of the worker, not
+ * of a request). */
 static bool next_frame(int fd, struct buf *b, struct cl_msg *m)
 {
     while (read_frame(fd, b, m)) {
-        if (m->type != CL_STATS) return true;
+        if (m->type != CL_STATS && m->type != CL_KV_EVENTS) return true;
         cl_msg_free(m);
     }
     return false;
@@ -415,6 +416,33 @@ TEST(worker_serves_the_protocol)
         cl_msg_free(&r);
     }
     EXPECT(stats);
+    close(fd);
+
+    /* a gateway connecting now is told what the pool holds: stored events
+     * numbered from 1, one per block (the requests above filled some) */
+    fd = dial();
+    hello(fd, &h);
+    uint64_t next = 1;
+    int n_ev = 0, off = 0;
+    for (int i = 0; i < 20; i++) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 300) <= 0) break;
+        CHECK(read_frame(fd, &b, &r));
+        if (r.type == CL_KV_EVENTS) {
+            off += r.u.kv_events.seq != next;
+            for (uint32_t k = 0; k < r.u.kv_events.n; k++) {
+                int kind, tier;
+                uint8_t id[16];
+                cl_kv_event_at(&r.u.kv_events, k, &kind, &tier, id);
+                off += kind != 1 || tier != 0;
+            }
+            next += r.u.kv_events.n;
+            n_ev += (int)r.u.kv_events.n;
+        }
+        cl_msg_free(&r);
+    }
+    EXPECT(n_ev >= 3);
+    EXPECT_EQ_INT(off, 0);
     close(fd);
     buf_release(&b);
 
