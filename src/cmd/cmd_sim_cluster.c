@@ -144,8 +144,8 @@ static void print_json(const char *policy, const struct sim_result *r, bool last
 {
     printf("{\"policy\":\"%s\",\"requests\":%llu,\"served\":%llu,\"rejected\":%llu,"
            "\"overloaded\":%llu,\"good\":%llu,\"span_s\":%.3f,"
-           "\"ttft_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},"
-           "\"tpot_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},"
+           "\"ttft_ms\":{\"mean\":%.3f,\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},"
+           "\"tpot_ms\":{\"mean\":%.3f,\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},"
            "\"itl_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},"
            "\"throughput_rps\":%.4f,\"output_tps\":%.2f,\"goodput_rps\":%.4f,"
            "\"token_goodput_tps\":%.2f,\"hit_ratio\":%.4f,\"ideal_hit\":%.4f,"
@@ -157,13 +157,14 @@ static void print_json(const char *policy, const struct sim_result *r, bool last
            "\"events\":%llu,\"wall_s\":%.3f}%s\n",
            policy, (unsigned long long)r->n_requests, (unsigned long long)r->n_served,
            (unsigned long long)r->n_rejected, (unsigned long long)r->n_overloaded,
-           (unsigned long long)r->n_good, r->span_s, r->ttft_ms[0], r->ttft_ms[1], r->ttft_ms[2],
-           r->tpot_ms[0], r->tpot_ms[1], r->tpot_ms[2], r->itl_ms[0], r->itl_ms[1], r->itl_ms[2],
-           r->throughput_rps, r->output_tps, r->goodput_rps, r->token_goodput_tps, r->hit_ratio,
-           r->ideal_hit, r->kv_moved_gb, (unsigned long long)r->n_preempted, r->prefill.n_workers,
-           r->prefill.step_balance, r->prefill.offline_ratio, r->prefill.busy_s,
-           r->decode.n_workers, r->decode.step_balance, r->decode.offline_ratio, r->decode.busy_s,
-           (unsigned long long)r->n_events, r->wall_s, last ? "" : ",");
+           (unsigned long long)r->n_good, r->span_s, r->ttft_mean_ms, r->ttft_ms[0], r->ttft_ms[1],
+           r->ttft_ms[2], r->tpot_mean_ms, r->tpot_ms[0], r->tpot_ms[1], r->tpot_ms[2],
+           r->itl_ms[0], r->itl_ms[1], r->itl_ms[2], r->throughput_rps, r->output_tps,
+           r->goodput_rps, r->token_goodput_tps, r->hit_ratio, r->ideal_hit, r->kv_moved_gb,
+           (unsigned long long)r->n_preempted, r->prefill.n_workers, r->prefill.step_balance,
+           r->prefill.offline_ratio, r->prefill.busy_s, r->decode.n_workers, r->decode.step_balance,
+           r->decode.offline_ratio, r->decode.busy_s, (unsigned long long)r->n_events, r->wall_s,
+           last ? "" : ",");
 }
 
 /* CDF plots of TTFT and TPOT, a series per policy. */

@@ -648,6 +648,13 @@ static void results(struct sim *s, struct sim_result *o)
                     (s->c->slo.tpot_ms <= 0 || tpot <= s->c->slo.tpot_ms);
         if (good) o->n_good++, good_tokens += st->n_gen;
     }
+    double st = 0, sp = 0;
+    for (size_t i = 0; i < o->n_ttft; i++)
+        st += o->ttft_sorted[i];
+    for (size_t i = 0; i < o->n_tpot; i++)
+        sp += o->tpot_sorted[i];
+    o->ttft_mean_ms = o->n_ttft ? st / (double)o->n_ttft : 0;
+    o->tpot_mean_ms = o->n_tpot ? sp / (double)o->n_tpot : 0;
     qsort(o->ttft_sorted, o->n_ttft, sizeof(double), cmp_double);
     qsort(o->tpot_sorted, o->n_tpot, sizeof(double), cmp_double);
     const double ps[3] = {0.5, 0.9, 0.99};

@@ -100,6 +100,7 @@ struct sim_result {
     uint64_t n_good;       /* served within the SLO */
     double span_s;         /* first arrival to last finish */
     double ttft_ms[3];     /* p50, p90, p99 */
+    double ttft_mean_ms, tpot_mean_ms;
     double tpot_ms[3];
     double itl_ms[3];
     double throughput_rps;    /* served / span */
