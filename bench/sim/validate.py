@@ -9,7 +9,8 @@ side.
 
 The model defaults to a random-weight qwen2.5-0.5b-shaped q8_0 file made with
 `inferd model make`. Each worker runs one compute thread (two workers, two
-cores); bench-engine calibrates with one thread too. The trace (Mooncake
+cores); bench-engine calibrates with one thread too, two copies at once (as
+the two workers share the memory bandwidth). The trace (Mooncake
 JSONL, written here) has prompts of 64-640 tokens, a quarter of them sharing
 one of four 512-token system blocks, and 16-48 output tokens, arriving as a
 Poisson process at each rate given. The simulator runs the same file with
@@ -56,24 +57,33 @@ isa = os.environ.get("INFERD_ISA", "auto")
 print(f"# {cpu}, {os.cpu_count()} cores, INFERD_ISA={isa}, model {os.path.basename(model)}, "
       f"1 compute thread per engine")
 
-# calibration: this machine's step costs, one thread
+# calibration: this machine's step costs, one thread, measured as the
+# cluster runs - two engines at once, one per core, sharing the memory
+# bandwidth; the simulator takes the first one's figures
 calib = run.path("calib.json")
-with open(calib, "w") as f:
-    subprocess.run([B, "bench-engine", "-m", model, "--threads", "1", "--json"], check=True,
-                   stdout=f, stderr=subprocess.DEVNULL)
+cal = [subprocess.Popen([B, "bench-engine", "-m", model, "--threads", "1", "--json"],
+                        stdout=open(run.path(f"calib{k}.json"), "w"), stderr=subprocess.DEVNULL)
+       for k in range(2)]
+for p in cal:
+    if p.wait():
+        run.fail("bench-engine failed")
+os.replace(run.path("calib0.json"), calib)
 print("# calibration:", open(calib).read().strip()[:300], "...")
 
 
-def trace(rate, path):
+def trace(rate, path, run_no):
+    """Each run's blocks are its own (the workers' caches hold the last
+    run's): ids from a range of their own."""
     rng = random.Random(args.seed)
-    t, nxt = 0.0, 1000
+    base = 1_000_000 * (run_no + 1)
+    t, nxt = 0.0, base + 1000
     with open(path, "w") as f:
         for i in range(args.requests):
             t += rng.expovariate(rate)
             n_in = rng.randint(64, 640)
             ids = []
             if rng.random() < 0.25:
-                ids.append(rng.randrange(4))  # a shared system block
+                ids.append(base + rng.randrange(4))  # a shared system block
                 n_in = max(n_in, 520)
             while len(ids) * 512 < n_in:
                 ids.append(nxt)
@@ -105,9 +115,9 @@ gw_port = wait_port("gw", gw)
 time.sleep(1.0)  # both workers in rotation
 
 print(f"{'rate':>5} {'':5} {'TTFT p50':>9} {'TTFT mean':>10} {'tok/s':>7} {'req/s':>6}")
-for rate in [float(x) for x in args.rates.split(",")]:
+for run_no, rate in enumerate(float(x) for x in args.rates.split(",")):
     tf = run.path(f"trace-{rate}.jsonl")
-    trace(rate, tf)
+    trace(rate, tf, run_no)
     out = subprocess.run([B, "bench", "--url", f"http://127.0.0.1:{gw_port}", "--model", "m",
                           "--trace", f"mooncake:{tf}", "--seed", "0", "--json", "--no-progress",
                           "--metrics-path", "none"], check=True, capture_output=True, text=True)

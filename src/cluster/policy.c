@@ -166,23 +166,34 @@ int pol_pick_prefill(const struct pol_config *c, const struct pol_worker *w, int
                      const struct pol_request *q)
 {
     if (c->kind != POL_BALANCED) return pick_simple(c, w, n, roles, q);
-    /* the earliest finish first, then within the slack the least of this
-     * bucket's recent compute */
-    double earliest = 0;
+    /* the weight of the compute a placement adds: work_weight, and as many
+     * more as prompts like this one wait ahead at the least busy worker (the
+     * requests a recomputation would delay) */
+    double least = 0, full = 0;
     int any = 0;
     for (int i = 0; i < n; i++) {
         if (!candidate(&w[i], roles)) continue;
-        double ms = pol_backlog_ms(c, &w[i]) + (1 + c->work_weight) * pol_prefill_ms(c, &w[i], q);
-        if (!any++ || ms < earliest) earliest = ms;
+        double bl = pol_backlog_ms(c, &w[i]);
+        if (!any++ || bl < least) least = bl, full = tokens_ms(c, &w[i], q->n_prompt);
     }
     if (!any) return -1;
+    const double weight = c->work_weight + (full > 0 ? least / full : 0);
+    /* the earliest finish first, then within the slack the least of this
+     * bucket's recent compute */
+    double earliest = 0;
+    any = 0;
+    for (int i = 0; i < n; i++) {
+        if (!candidate(&w[i], roles)) continue;
+        double ms = pol_backlog_ms(c, &w[i]) + (1 + weight) * pol_prefill_ms(c, &w[i], q);
+        if (!any++ || ms < earliest) earliest = ms;
+    }
     const int b = pol_bucket(c, q->n_prompt);
     int best = -1;
     double best_ms = 0, best_bucket = 0;
     long best_load = 0;
     for (int i = 0; i < n; i++) {
         if (!candidate(&w[i], roles)) continue;
-        double ms = pol_backlog_ms(c, &w[i]) + (1 + c->work_weight) * pol_prefill_ms(c, &w[i], q);
+        double ms = pol_backlog_ms(c, &w[i]) + (1 + weight) * pol_prefill_ms(c, &w[i], q);
         double slack = c->bucket_slack_ms > 0  ? c->bucket_slack_ms
                        : w[i].ms_per_token > 0 ? w[i].ms_fixed
                                                : c->dflt_ms_fixed;

@@ -11,13 +11,17 @@
  *                  common open-source routers' cost)
  *   balanced       the shipped one. For a worker that computes the prompt:
  *                  the least of its backlog (queued prompt tokens) plus
- *                  (1 + work_weight) x this prompt's uncached tokens, both
- *                  priced by the worker's measured step costs: the prompt's
- *                  own finish, plus the capacity its compute takes from the
- *                  requests behind it, which trades cache overlap against
- *                  load by what each costs (a greedy earliest finish sends a
- *                  prompt away from its cache whenever that worker is a
- *                  little busier, and recomputes it). Among the
+ *                  (1 + weight) x this prompt's uncached tokens, both priced
+ *                  by the worker's measured step costs: the prompt's own
+ *                  finish, plus the capacity its compute takes from the
+ *                  requests behind it - weight = work_weight + the prompts
+ *                  like this one queued at the least busy worker (backlog /
+ *                  the whole prompt's cost), the requests a recomputation
+ *                  delays. That trades cache overlap against load by what
+ *                  each costs, and more towards the cache as queues grow (a
+ *                  greedy earliest finish sends a prompt away from its cache
+ *                  whenever that worker is a little busier, and recomputes
+ *                  it). Among the
  *                  workers within bucket_slack_ms of the earliest, the one
  *                  that computed least of this prompt's context-length bucket
  *                  over the caller's window (bucket_ms): each length class

@@ -65,16 +65,19 @@ struct event {
 };
 
 struct sworker {
-    int role;              /* enum cl_role */
-    int group;             /* synchronised group */
-    struct kv_pool kv;     /* bookkeeping only */
-    struct kv_prefix px;   /* its prefix cache: the real LRU */
-    struct sched sc;       /* the engine's scheduler */
-    double step_ms;        /* this step's modelled time (0: idle) */
-    double busy_ms;        /* summed */
-    double prompt_ms;      /* summed over steps that computed prompt tokens */
-    struct pol_worker raw; /* its own measured costs (the snapshot has its pool's) */
-    uint64_t ev_seq;       /* KV events sent to the index */
+    int role;               /* enum cl_role */
+    int group;              /* synchronised group */
+    struct kv_pool kv;      /* bookkeeping only */
+    struct kv_prefix px;    /* its prefix cache: the real LRU */
+    struct sched sc;        /* the engine's scheduler */
+    double step_ms;         /* this step's modelled time (0: idle) */
+    double busy_ms;         /* summed */
+    double prompt_ms;       /* summed over steps that computed prompt tokens */
+    int pending;            /* requests routed here whose prompts are still computed elsewhere */
+    int64_t pending_tokens; /* their prompt tokens (the gateway counts them, as it counts
+                               what it sent: `sent` in cluster/remote.c) */
+    struct pol_worker raw;  /* its own measured costs (the snapshot has its pool's) */
+    uint64_t ev_seq;        /* KV events sent to the index */
 };
 
 struct sgroup {
@@ -274,8 +277,8 @@ static void refresh(struct sim *s, int wi)
         if (q->n_computed < q->n_prompt) queued += q->n_prompt - q->n_computed;
     }
     p->running = sc->n_running;
-    p->waiting = waiting;
-    p->queued_tokens = queued;
+    p->waiting = waiting + w->pending;
+    p->queued_tokens = queued + w->pending_tokens;
     p->kv_total = w->kv.cfg.n_blocks;
     p->kv_used = w->kv.cfg.n_blocks - w->kv.n_free - w->px.n_lru;
     w->raw.role = p->role;
@@ -337,7 +340,8 @@ static void wake(struct sim *s, int wi)
 static bool submit(struct sim *s, struct sreq *r)
 {
     struct sworker *w = &s->ws[r->worker];
-    if (s->snap[r->worker].waiting >= s->c->max_waiting) {
+    /* the engine's own queue bound (max_waiting): what waits there, not what is on its way */
+    if (s->snap[r->worker].waiting - w->pending >= s->c->max_waiting) {
         sq_retire(s, &r->s);
         return false;
     }
@@ -401,6 +405,8 @@ static void kv_arrived(struct sim *s, struct sreq *d)
 {
     struct sworker *w = &s->ws[d->worker];
     const int n_full = s->w->items[d->item].n_input / s->bt;
+    w->pending--;
+    w->pending_tokens -= s->w->items[d->item].n_input;
     for (int i = 0; i < n_full; i++)
         if (kv_prefix_adopt(&w->px, &d->s.ids[i], NULL) < 0) break;
     struct itemstat *st = &s->st[d->item];
@@ -532,6 +538,10 @@ static void arrive(struct sim *s, int item)
     if (!submit(s, r)) {
         st->state = ST_OVERLOADED;
         release_followers(s, item);
+    } else if (pf >= 0) {
+        s->ws[d].pending++;
+        s->ws[d].pending_tokens += it->n_input;
+        refresh(s, d);
     }
 }
 
