@@ -47,6 +47,27 @@ class Run:
             time.sleep(0.1)
         self.fail(f"{os.path.basename(logf)}: did not start:\n" + open(logf).read()[-2000:])
 
+    def q05_model(self, inferd, given=None):
+        """The model file: given, else a random-weight qwen2.5-0.5b-shaped
+        q8_0 file made here with `inferd model make`."""
+        if given:
+            return given
+        model = self.path("q05-q8_0.gguf")
+        subprocess.run([inferd, "model", "make", "--preset", "qwen2.5-0.5b", "--type", "q8_0",
+                        "-o", model], check=True, stdout=subprocess.DEVNULL)
+        return model
+
+    def machine_line(self, model, note):
+        """The header every figure needs: CPU, cores, kernel level, model."""
+        cpu = "?"
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        isa = os.environ.get("INFERD_ISA", "auto")
+        return (f"# {cpu}, {os.cpu_count()} cores, INFERD_ISA={isa}, "
+                f"model {os.path.basename(model)}, {note}")
+
     def serve(self, inferd, model, name, flags):
         """Starts `inferd serve` on a free port with its own data directory
         and log (both named after name), flags after the common ones;

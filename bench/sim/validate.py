@@ -43,19 +43,8 @@ args = ap.parse_args()
 run = Run("sim_validate")
 B = args.inferd
 
-model = args.model
-if not model:
-    model = run.path("q05-q8_0.gguf")
-    subprocess.run([B, "model", "make", "--preset", "qwen2.5-0.5b", "--type", "q8_0", "-o", model],
-                   check=True, stdout=subprocess.DEVNULL)
-cpu = "?"
-for line in open("/proc/cpuinfo"):
-    if line.startswith("model name"):
-        cpu = line.split(":", 1)[1].strip()
-        break
-isa = os.environ.get("INFERD_ISA", "auto")
-print(f"# {cpu}, {os.cpu_count()} cores, INFERD_ISA={isa}, model {os.path.basename(model)}, "
-      f"1 compute thread per engine")
+model = run.q05_model(B, args.model)
+print(run.machine_line(model, "1 compute thread per engine"))
 
 # calibration: this machine's step costs, one thread, measured as the
 # cluster runs - two engines at once, one per core, sharing the memory

@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -74,6 +75,19 @@ void buf_release(struct buf *b)
     free(b->data);
     b->data = NULL;
     b->len = b->cap = 0;
+}
+
+int buf_append_file(struct buf *b, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -errno;
+    char tmp[65536];
+    size_t n;
+    while ((n = fread(tmp, 1, sizeof(tmp), f)) > 0)
+        buf_append(b, tmp, n);
+    int rc = ferror(f) ? -EIO : 0;
+    fclose(f);
+    return rc;
 }
 
 const char *buf_str(const struct buf *b)

@@ -36,6 +36,9 @@ void buf_vprintf(struct buf *b, const char *fmt, va_list ap);
 void buf_clear(struct buf *b);
 /* Frees the storage and zeroes *b. */
 void buf_release(struct buf *b);
+/* Appends the whole file at path. Returns 0, or the negated errno of the
+ * open or read (what was read stays appended). */
+int buf_append_file(struct buf *b, const char *path);
 /* Returns data (NUL-terminated, "" when empty); never NULL. */
 const char *buf_str(const struct buf *b);
 

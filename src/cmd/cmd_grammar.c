@@ -40,14 +40,11 @@
 
 static char *read_file(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
     struct buf b = {0};
-    char tmp[65536];
-    size_t n;
-    while ((n = fread(tmp, 1, sizeof(tmp), f)) > 0)
-        buf_append(&b, tmp, n);
-    fclose(f);
+    if (buf_append_file(&b, path)) {
+        buf_release(&b);
+        return NULL;
+    }
     *len = b.len;
     buf_putc(&b, 0);
     return b.data;

@@ -213,15 +213,13 @@ int sim_cost_parse(const char *name, const char *data, size_t len, struct sim_co
 
 int sim_cost_load(const char *path, struct sim_cost *c, struct err_msg *m)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(m, -errno, "%s: %s", path, strerror(errno));
     struct buf b = {0};
-    char tmp[4096];
-    size_t n;
-    while ((n = fread(tmp, 1, sizeof(tmp), f)) > 0)
-        buf_append(&b, tmp, n);
-    fclose(f);
-    int rc = sim_cost_parse(path, b.len ? b.data : "", b.len, c, m);
+    int rc = buf_append_file(&b, path);
+    if (rc) {
+        buf_release(&b);
+        return err_set(m, rc, "%s: %s", path, strerror(-rc));
+    }
+    rc = sim_cost_parse(path, buf_str(&b), b.len, c, m);
     buf_release(&b);
     return rc;
 }
