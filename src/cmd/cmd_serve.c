@@ -51,10 +51,19 @@ static int add_ttl_default(void *dst, const char *spelling, const char *val, str
     return 0;
 }
 
+/* The api_kind of an endpoint named by s[0..n): chat, completions,
+ * responses, messages; -1 for another name. */
+static int endpoint_kind(const char *s, size_t n)
+{
+    static const char *const endpoints[4] = {"chat", "completions", "responses", "messages"};
+    for (int j = 0; j < 4; j++) /* in api_kind order */
+        if (strlen(endpoints[j]) == n && !strncmp(s, endpoints[j], n)) return j;
+    return -1;
+}
+
 static int apply_ttl_defaults(struct serve_config *c, const struct ttl_default *d,
                               struct err_msg *m)
 {
-    static const char *const endpoints[4] = {"chat", "completions", "responses", "messages"};
     for (int i = 0; i < d->n; i++) {
         const char *v = d->spec[i], *eq = strchr(v, '=');
         const char *cls = eq ? eq + 1 : v;
@@ -68,17 +77,13 @@ static int apply_ttl_defaults(struct serve_config *c, const struct ttl_default *
             c->kv.ttl.dflt = k;
             continue;
         }
-        int e = -1;
-        for (int j = 0; j < 4; j++)
-            if (strlen(endpoints[j]) == (size_t)(eq - v) &&
-                !strncmp(v, endpoints[j], (size_t)(eq - v)))
-                e = j;
+        int e = endpoint_kind(v, (size_t)(eq - v));
         if (e < 0)
             return err_set(m, ERR_INVALID,
                            "--kv-ttl-default '%s': endpoint must be chat, completions, responses "
                            "or messages",
                            v);
-        c->kv_ttl_endpoint[e] = k; /* endpoints[] is in api_kind order */
+        c->kv_ttl_endpoint[e] = k;
     }
     return 0;
 }
@@ -88,14 +93,10 @@ static int apply_ttl_defaults(struct serve_config *c, const struct ttl_default *
 static int set_slo(void *dst, const char *spelling, const char *val, struct err_msg *m)
 {
     struct serve_config *c = dst;
-    static const char *const endpoints[4] = {"chat", "completions", "responses", "messages"};
     const char *eq = strchr(val, '='), *v = eq ? eq + 1 : val;
     int e = -1;
     if (eq) {
-        for (int j = 0; j < 4; j++)
-            if (strlen(endpoints[j]) == (size_t)(eq - val) &&
-                !strncmp(val, endpoints[j], (size_t)(eq - val)))
-                e = j;
+        e = endpoint_kind(val, (size_t)(eq - val));
         if (e < 0)
             return err_set(m, ERR_INVALID,
                            "%s '%s': endpoint must be chat, completions, responses or messages",
