@@ -841,7 +841,6 @@ static int load(struct worker *w, const struct worker_config *cfg, struct err_ms
     if (cfg->max_queue) ec.max_waiting = cfg->max_queue;
     bool tiers = !cfg->kv.off && cfg->kv.n > 0;
     ec.kv_events = true; /* drained by the runner: the gateways' prefix index, tiers */
-    runner_publish_kv(&w->runner);
     if (tiers) {
         if (node_tiers_write_back(&cfg->kv)) {
             ec.kv_evict_hook = runner_kv_evict_hook;
@@ -857,7 +856,7 @@ static int load(struct worker *w, const struct worker_config *cfg, struct err_ms
     if ((rc = node_tiers_open(&cfg->kv, NULL, w->engine, ec.max_ctx, &w->runner, &w->chain, msg)))
         return rc;
     if ((rc = runner_start_tiers(&w->runner, w->engine, w->chain,
-                                 cfg->kv.ttl.c[cfg->kv.ttl.dflt].ttl_s, msg)))
+                                 cfg->kv.ttl.c[cfg->kv.ttl.dflt].ttl_s, true, msg)))
         return rc;
     w->runner_on = true;
     return 0;

@@ -510,15 +510,14 @@ static void *thread_main(void *arg)
 
 int runner_start(struct runner *r, inferd_engine *e, struct err_msg *msg)
 {
-    return runner_start_tiers(r, e, NULL, 0, msg);
+    return runner_start_tiers(r, e, NULL, 0, false, msg);
 }
 
 int runner_start_tiers(struct runner *r, inferd_engine *e, struct kv_chain *chain,
-                       int64_t default_ttl_s, struct err_msg *msg)
+                       int64_t default_ttl_s, bool publish_kv, struct err_msg *msg)
 {
-    const bool publish = r->kv_publish; /* the one setting made before start */
     memset(r, 0, sizeof(*r));
-    r->kv_publish = publish;
+    r->kv_publish = publish_kv;
     r->engine = e;
     /* block ids and frames: tiers and KV transfer */
     inferd_engine_fingerprint(e, r->kv.fingerprint);
@@ -583,11 +582,6 @@ static void push_cmd(struct runner *r, const struct runner_cmd *c)
     if (r->n_cmds++ == 0) pthread_cond_signal(&r->cv);
     r->cmds[r->n_cmds - 1] = *c;
     pthread_mutex_unlock(&r->mu);
-}
-
-void runner_publish_kv(struct runner *r)
-{
-    r->kv_publish = true;
 }
 
 size_t runner_take_kv_events(struct runner *r, struct runner_kv_event **v, size_t *cap)

@@ -132,9 +132,10 @@ int runner_start(struct runner *r, inferd_engine *e, struct err_msg *msg);
  * callback and starts it) whose blocks expire default_ttl_s after they are
  * stored unless a request's class says longer. The engine must have been
  * made with kv_events on and runner_kv_evict_hook as its pre-eviction hook
- * (context: r). */
+ * (context: r). publish_kv: keep the pool's KV events (the engine made with
+ * kv_events on) for runner_take_kv_events; the loop is woken as they come. */
 int runner_start_tiers(struct runner *r, inferd_engine *e, struct kv_chain *chain,
-                       int64_t default_ttl_s, struct err_msg *msg);
+                       int64_t default_ttl_s, bool publish_kv, struct err_msg *msg);
 /* For inferd_engine_config.kv_evict_hook: hands a block leaving the pool to
  * the write-back tiers. ctx: the runner. */
 void runner_kv_evict_hook(void *ctx, const uint8_t id[16], const void *frame, size_t len);
@@ -179,9 +180,6 @@ void runner_pause(struct runner *r, uint64_t tag, bool paused);
  * grows as needed) and returns the count. Also clears the eventfd. */
 size_t runner_drain(struct runner *r, struct runner_msg **msgs, size_t *cap);
 void runner_get_stats(struct runner *r, struct runner_stats *s);
-/* Before runner_start*: keep the pool's KV events (the engine made with
- * kv_events on) for runner_take_kv_events; the loop is woken as they come. */
-void runner_publish_kv(struct runner *r);
 /* Moves the events kept since the last call into *v (a vector the caller
  * reuses) and returns their count, in the order they happened. */
 size_t runner_take_kv_events(struct runner *r, struct runner_kv_event **v, size_t *cap);

@@ -356,7 +356,7 @@ static int load(struct server *s, const struct serve_config *cfg, struct err_msg
     if ((rc = load_rest(s, cfg, msg))) return rc;
     /* the default class's TTL for blocks no live request names */
     if ((rc = runner_start_tiers(&s->runner, s->engine, s->kv_chain,
-                                 cfg->kv.ttl.c[cfg->kv.ttl.dflt].ttl_s, msg)))
+                                 cfg->kv.ttl.c[cfg->kv.ttl.dflt].ttl_s, false, msg)))
         return rc;
     node_backend_local(&s->local, &s->runner);
     s->be = &s->local.base;
